@@ -1,0 +1,56 @@
+// gnmr/policy/stabilizer.hpp — GradientStabilizer: fix the norm, not the gradient.
+//
+// Stable-SPAM's AdaGN (the rule PEERS.md ties to "GradientStabilizer"):
+// keep each unit's gradient direction and set its norm to m_hat/(sqrt(v_hat)+eps),
+// where m, v are bias-corrected EMAs of the unit's norm and squared norm
+// (gamma1 = 0.7, gamma2 = 0.9). As published, the current norm enters m and v
+// before the target is formed; that is what bounds a spike step (v jumps with
+// n^2, so the target shrinks). The statistics advance on every finite step;
+// the replacement is applied while the unit is in recovery, which the
+// stabilizer preset makes "always" (AlwaysTrigger + Unlimited).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gnmr/config.hpp"
+#include "gnmr/detail/check.hpp"
+#include "gnmr/types.hpp"
+
+namespace gnmr {
+
+struct NormReplace {
+  static constexpr const char* kName = "norm_replace";
+  float gamma1 = 0.7f;
+  float gamma2 = 0.9f;
+  float eps = 1e-8f;
+
+  struct State {
+    float m, v;
+    float g1_pow, g2_pow;  // gamma^k, running products (no powf)
+  };
+  GNMR_HOST_DEVICE static State init() { return State{0.0f, 0.0f, 1.0f, 1.0f}; }
+
+  // The norm AdaGN would give the unit after accepting n (advances s).
+  GNMR_HOST_DEVICE float advance(State& s, float n) const {
+    s.m = fm::add(fm::mul(gamma1, s.m), fm::mul(fm::sub(1.0f, gamma1), n));
+    s.v = fm::add(fm::mul(gamma2, s.v), fm::mul(fm::sub(1.0f, gamma2), fm::mul(n, n)));
+    s.g1_pow = fm::mul(s.g1_pow, gamma1);
+    s.g2_pow = fm::mul(s.g2_pow, gamma2);
+    const float m_hat = fm::div(s.m, fm::sub(1.0f, s.g1_pow));
+    const float v_hat = fm::div(s.v, fm::sub(1.0f, s.g2_pow));
+    return fm::div(m_hat, fm::add(fm::sqrt(v_hat), eps));
+  }
+  GNMR_HOST_DEVICE void apply(State& s, const UnitView& v, UnitDecision& d,
+                              std::uint32_t&) const {
+    const float target = advance(s, v.norm);
+    if ((v.flags & kInRecovery) && v.norm > 0.0f) d.scale = fm::div(target, v.norm);
+  }
+  std::string check() const {
+    return detail::first_error({detail::in_range_open_hi("NormReplace", "gamma1", gamma1, 0.0f, 1.0f),
+                                detail::in_range_open_hi("NormReplace", "gamma2", gamma2, 0.0f, 1.0f),
+                                detail::non_negative("NormReplace", "eps", eps)});
+  }
+};
+
+}  // namespace gnmr

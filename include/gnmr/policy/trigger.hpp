@@ -1,0 +1,131 @@
+// gnmr/policy/trigger.hpp — TriggerPolicy: risk score and verdict per unit.
+//
+// A trigger sees the unit's finite norm, its mean (and spread) at the start
+// of the step, and its own small State; it fills v.delta, v.risk, v.target
+// and the kTriggered / kWarmup flags. feed() says what the MeanTracker
+// accepts at the end of the step; update() advances the trigger's own
+// history on finite steps. Non-finite norms never reach a trigger: the
+// controller flags them NONFINITE with risk +inf first.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gnmr/config.hpp"
+#include "gnmr/detail/check.hpp"
+#include "gnmr/types.hpp"
+
+namespace gnmr {
+
+// GNMR (default): triggered when k >= warmup and (r > tau or d > delta),
+// d = r - mean(last `window` defined ratios of earlier finite steps).
+// rho = max(r/tau, d/delta, 0). Either threshold may be +inf (off).
+template <int Cap = 8>
+struct GnmrTriggerT {
+  static_assert(Cap >= 1 && Cap <= 64, "GnmrTriggerT<Cap>: Cap must be in [1, 64]");
+  static constexpr const char* kName = "gnmr";
+  float tau = 3.0f;
+  float delta = 1.5f;
+  std::uint32_t warmup = 10;
+  int window = 4 < Cap ? 4 : Cap;  // w, the Delta-GNMR horizon
+  bool clamp_feed = true;          // feed min(n, tau*mu) on triggered steps
+
+  struct State {
+    float ring[Cap];     // last ratios, oldest overwritten first
+    std::uint32_t head;  // next slot
+    std::uint32_t n;     // defined ratios seen (saturating at window)
+  };
+  GNMR_HOST_DEVICE static State init() {
+    State s{};
+    return s;
+  }
+
+  GNMR_HOST_DEVICE float history_mean(const State& s) const {
+    const std::uint32_t w = static_cast<std::uint32_t>(window);
+    const std::uint32_t n = s.n < w ? s.n : w;
+    float acc = 0.0f;
+    for (std::uint32_t j = 0; j < n; ++j) acc = fm::add(acc, s.ring[(s.head + w - n + j) % w]);
+    return n ? fm::div(acc, static_cast<float>(n)) : 0.0f;
+  }
+
+  GNMR_HOST_DEVICE void evaluate(const State& s, UnitView& v) const {
+    v.delta = 0.0f;
+    v.risk = 0.0f;
+    v.target = fm::mul(tau, v.mean);
+    if (v.count == 0) {
+      v.flags |= kWarmup;
+      return;
+    }
+    if (s.n > 0) v.delta = fm::sub(v.ratio, history_mean(s));
+    if (v.count < warmup) {
+      v.flags |= kWarmup;
+      return;
+    }
+    const float a = fm::div(v.ratio, tau);
+    const float b = fm::div(v.delta, delta);
+    v.risk = fm::max(fm::max(a, b), 0.0f);
+    if (v.ratio > tau || v.delta > delta) v.flags |= kTriggered;
+  }
+  GNMR_HOST_DEVICE float feed(const UnitView& v) const {
+    return (clamp_feed && (v.flags & kTriggered)) ? fm::min(v.norm, v.target) : v.norm;
+  }
+  GNMR_HOST_DEVICE void update(State& s, const UnitView& v) const {
+    if (v.count == 0) return;  // r undefined this step
+    const std::uint32_t w = static_cast<std::uint32_t>(window);
+    s.ring[s.head % w] = v.ratio;
+    s.head = (s.head + 1) % w;
+    s.n = s.n < w ? s.n + 1 : w;
+  }
+  std::string check() const {
+    if (!(tau < inf_f()) && !(delta < inf_f()))
+      return "gnmr: GnmrTrigger: tau and delta cannot both be +inf (nothing would trigger)";
+    if (window < 1 || window > Cap)
+      return "gnmr: GnmrTrigger: window must be in [1, " + std::to_string(Cap) +
+             "] (the template's Cap), got " + std::to_string(window);
+    return detail::first_error({detail::positive_or_inf("GnmrTrigger", "tau", tau),
+                                detail::positive_or_inf("GnmrTrigger", "delta", delta)});
+  }
+};
+using GnmrTrigger = GnmrTriggerT<8>;
+
+// Fixed threshold on the norm itself (PyTorch clip_grad_norm_):
+// triggered when max_norm / (n + eps) < 1, i.e. exactly when torch's
+// clamp(max_norm / (n + eps), max=1) would scale.
+struct FixedThreshold {
+  static constexpr const char* kName = "fixed";
+  float max_norm = 1.0f;
+  float eps = 1e-6f;
+
+  struct State {};
+  GNMR_HOST_DEVICE static State init() { return State{}; }
+  GNMR_HOST_DEVICE void evaluate(const State&, UnitView& v) const {
+    v.delta = 0.0f;
+    v.target = max_norm;
+    v.risk = fm::div(v.norm, max_norm);
+    if (fm::div(max_norm, fm::add(v.norm, eps)) < 1.0f) v.flags |= kTriggered;
+  }
+  GNMR_HOST_DEVICE float feed(const UnitView& v) const { return v.norm; }
+  GNMR_HOST_DEVICE void update(State&, const UnitView&) const {}
+  std::string check() const {
+    return detail::first_error({detail::positive("FixedThreshold", "max_norm", max_norm),
+                                detail::non_negative("FixedThreshold", "eps", eps)});
+  }
+};
+
+// Every finite unit, every step (always-on actions such as GradientStabilizer).
+struct AlwaysTrigger {
+  static constexpr const char* kName = "always";
+  struct State {};
+  GNMR_HOST_DEVICE static State init() { return State{}; }
+  GNMR_HOST_DEVICE void evaluate(const State&, UnitView& v) const {
+    v.delta = 0.0f;
+    v.target = v.norm;
+    v.risk = 1.0f;
+    v.flags |= kTriggered;
+  }
+  GNMR_HOST_DEVICE float feed(const UnitView& v) const { return v.norm; }
+  GNMR_HOST_DEVICE void update(State&, const UnitView&) const {}
+  std::string check() const { return {}; }
+};
+
+}  // namespace gnmr

@@ -1,0 +1,90 @@
+// gnmr/policy/zscore.hpp — z-score TriggerPolicy (ZClip, OLMo-core skip-step).
+//
+// Needs a MeanTracker with a spread (EmaMeanVar, WindowMean): the controller
+// puts stddev into the view. The verdict is (n - mu) > z * (sd + eps), which
+// is ZClip's z > z_thresh without the division (no 0/0 when sd = 0) and
+// OLMo-core's (x - mu) > k*sigma when eps = 0. An optional absolute cap
+// (ZClip's max_grad_norm) also triggers, at any k. The report's delta
+// column holds the z-score for this trigger.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gnmr/config.hpp"
+#include "gnmr/detail/check.hpp"
+#include "gnmr/types.hpp"
+
+namespace gnmr {
+
+struct ZScoreTrigger {
+  static constexpr const char* kName = "zscore";
+  static constexpr bool kNeedsStddev = true;
+  enum class Clip : std::uint32_t {
+    kAdaptive,  // ZClip "adaptive_scaling": mu + z_t^2 * sd / z, times clip_factor
+    kMean,      // ZClip "mean": clip to mu
+  };
+  float z = 2.5f;
+  std::uint32_t warmup = 25;
+  float eps = 1e-6f;
+  float max_norm = inf_f();  // absolute cap; +inf = none
+  Clip clip = Clip::kAdaptive;
+  float clip_factor = 1.0f;
+  bool clamp_feed = true;  // feed the clip target on z-triggered steps
+
+  struct State {};
+  GNMR_HOST_DEVICE static State init() { return State{}; }
+
+  // ZClip's clip value for a z-triggered step (z_t^2 sd / z == z_t sd / eta).
+  GNMR_HOST_DEVICE float z_target(const UnitView& v) const {
+    if (clip == Clip::kMean) return v.mean;
+    const float zs = fm::div(fm::sub(v.norm, v.mean), fm::add(v.stddev, eps));
+    return fm::mul(fm::add(v.mean, fm::div(fm::mul(z, v.stddev), fm::div(zs, z))), clip_factor);
+  }
+
+  GNMR_HOST_DEVICE void evaluate(const State&, UnitView& v) const {
+    v.delta = 0.0f;
+    v.risk = 0.0f;
+    v.target = v.norm;
+    bool z_fired = false;
+    if (v.count >= warmup && v.count > 0) {
+      const float dev = fm::sub(v.norm, v.mean);
+      const float sde = fm::add(v.stddev, eps);
+      const float zs = fm::div(dev, sde);
+      if (!is_nan(zs)) {
+        v.delta = zs;
+        v.risk = fm::max(fm::div(zs, z), 0.0f);
+      }
+      z_fired = z_rule(v);
+      if (z_fired) {
+        v.flags |= kTriggered;
+        v.target = z_target(v);
+      }
+    } else {
+      v.flags |= kWarmup;
+    }
+    if (v.norm > max_norm) {
+      v.flags |= kTriggered;
+      v.target = z_fired ? fm::min(v.target, max_norm) : max_norm;
+      v.risk = fm::max(v.risk, fm::div(v.norm, max_norm));
+    }
+  }
+  GNMR_HOST_DEVICE bool z_rule(const UnitView& v) const {
+    return v.count >= warmup && v.count > 0 &&
+           fm::sub(v.norm, v.mean) > fm::mul(z, fm::add(v.stddev, eps));
+  }
+  GNMR_HOST_DEVICE float feed(const UnitView& v) const {
+    // ZClip feeds its clip value, before the max_grad_norm cap.
+    if (!clamp_feed || !z_rule(v)) return v.norm;
+    return fm::min(v.norm, z_target(v));
+  }
+  GNMR_HOST_DEVICE void update(State&, const UnitView&) const {}
+  std::string check() const {
+    return detail::first_error({detail::positive("ZScoreTrigger", "z", z),
+                                detail::non_negative("ZScoreTrigger", "eps", eps),
+                                detail::positive_or_inf("ZScoreTrigger", "max_norm", max_norm),
+                                detail::positive("ZScoreTrigger", "clip_factor", clip_factor)});
+  }
+};
+
+}  // namespace gnmr

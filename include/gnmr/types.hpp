@@ -1,0 +1,76 @@
+// gnmr/types.hpp — the per-unit and per-step records a controller step
+// produces (SPEC §1.8), shared by the host and CUDA backends.
+//
+// UnitReport is the full telemetry row; UnitDecision is the 8-byte record an
+// optimizer kernel reads in one load. Both are trivially copyable so the
+// device backend can keep them in plain device arrays.
+#pragma once
+
+#include <cstdint>
+
+#include "gnmr/config.hpp"
+
+namespace gnmr {
+
+// Per-unit flags. A unit may carry several at once (TRIGGERED|GRANTED|...).
+enum Flag : std::uint32_t {
+  kTriggered = 1u << 0,     // the trigger fired this step
+  kGranted = 1u << 1,       // a recovery slot was granted this step
+  kInRecovery = 1u << 2,    // holds a slot this step (granted now or earlier)
+  kDenied = 1u << 3,        // triggered, not in recovery, got no slot
+  kCooldown = 1u << 4,      // not eligible for a grant this step (cool-down)
+  kNonFinite = 1u << 5,     // the norm is NaN or +-Inf
+  kSkip = 1u << 6,          // do not update this unit (select, never multiply)
+  kResetMoments = 1u << 7,  // zero the optimizer moments of this unit
+  kPromote = 1u << 8,       // route this unit to the higher-precision path
+  kReleased = 1u << 9,      // its lock expired at the start of this step
+  kWarmup = 1u << 10,       // too few accepted samples for a verdict
+};
+
+// Compact decision: what an optimizer needs, in one 8-byte load.
+struct UnitDecision {
+  float scale;          // gradient multiplier; 1 when not in recovery
+  std::uint32_t flags;  // Flag bits
+};
+
+// Full per-unit report (telemetry, tests, the event log).
+struct UnitReport {
+  float norm;    // n_i(t), after the NormPolicy finish
+  float mean;    // mu_i at the start of the step (0 while k_i = 0)
+  float ratio;   // r_i = n / max(mu, eps); 0 while undefined
+  float delta;   // d_i (Delta-GNMR); 0 while undefined
+  float risk;    // rho_i >= 0; +inf for a non-finite norm
+  float scale;   // same as UnitDecision::scale
+  std::uint32_t flags;
+  std::int32_t lock_left;  // steps of recovery left, this step included
+};
+
+struct StepSummary {
+  std::int64_t step = 0;  // t, 1-based
+  std::uint32_t triggered = 0;
+  std::uint32_t granted = 0;
+  std::uint32_t in_recovery = 0;
+  std::uint32_t denied = 0;
+  std::uint32_t nonfinite = 0;
+  std::uint32_t released = 0;
+  float max_ratio = 0.0f;          // over units with a defined, finite ratio
+  std::int32_t max_ratio_unit = -1;  // lowest index on ties; -1 if none
+  std::uint32_t skip_step = 0;     // 1: the policy suggests skipping the step
+};
+
+// What a Trigger / Recovery policy sees of a unit at step t.
+struct UnitView {
+  float norm;    // finite
+  float mean;    // mu at the start of the step
+  float ratio;   // defined when count >= 1
+  float delta;
+  float risk;
+  float stddev;  // the tracker's spread, 0 for trackers without one
+  float target;  // the norm the trigger's own rule would clip to
+  std::uint32_t count;  // k_i: accepted samples in the mean
+  std::uint32_t flags;  // Flag bits decided so far
+  std::int64_t step;    // t
+  std::int64_t granted_at;  // step of the current/last grant, 0 if never
+};
+
+}  // namespace gnmr

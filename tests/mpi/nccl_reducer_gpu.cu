@@ -1,0 +1,235 @@
+// tests/mpi/nccl_reducer_gpu.cu — NcclReducer on the GPUs of one process.
+//
+// Built whenever CUDA and NCCL are found, so CI at least compiles and links
+// gnmr/cuda/nccl_reducer.cuh; exits 77 (CTest: skipped) without a GPU.
+// One communicator per visible GPU (ncclCommInitAll, at most 4; one GPU is
+// enough). Checks:
+//  - max with a NaN on the last device: +Inf on every device, exact maxima
+//    elsewhere; sum: every device holds the same bits, equal to the input
+//    with one device and within R fp32 ulps of the host sum otherwise;
+//  - a controller trace: decisions from NCCL-reduced partials equal those of
+//    gnmr::NoReduce on the host-combined partials (bit for bit with one GPU);
+//  - the reduce (NaN kernel + ncclAllReduce) captured in a CUDA graph and
+//    replayed gives the same result as the eager call.
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "gnmr/controller.hpp"
+#include "gnmr/cuda/nccl_reducer.cuh"
+#include "gnmr/reducer.hpp"
+
+namespace {
+
+int g_failures = 0;
+#define CHECK(cond, ...)                                                        \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
+      ++g_failures;                                                             \
+      std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
+      std::fprintf(stderr, __VA_ARGS__);                                        \
+      std::fprintf(stderr, "\n");                                               \
+    }                                                                           \
+  } while (0)
+#define CUDA_OK(x)                                                                          \
+  do {                                                                                      \
+    cudaError_t e_ = (x);                                                                   \
+    if (e_ != cudaSuccess) {                                                                \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                         \
+    }                                                                                       \
+  } while (0)
+#define NCCL_OK(x)                                                                          \
+  do {                                                                                      \
+    ncclResult_t r_ = (x);                                                                  \
+    if (r_ != ncclSuccess) {                                                                \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, ncclGetErrorString(r_)); \
+      std::exit(1);                                                                         \
+    }                                                                                       \
+  } while (0)
+
+std::uint32_t fbits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float urand(std::uint64_t& s) {  // xorshift, deterministic
+  s ^= s << 13;
+  s ^= s >> 7;
+  s ^= s << 17;
+  return static_cast<float>((s >> 40) & 0xffffff) / 16777216.0f;
+}
+
+struct Devices {
+  int n = 0;
+  std::vector<ncclComm_t> comms;
+  std::vector<cudaStream_t> streams;
+  std::vector<float*> buf;
+  std::vector<gnmr::cuda::NcclReducer> red;
+};
+
+// host[d] -> device d, reduce on all devices (one NCCL group), -> out[d].
+void reduce_all(Devices& D, const std::vector<std::vector<float>>& host, gnmr::Combine op,
+                std::vector<std::vector<float>>& out) {
+  const std::size_t n = host[0].size();
+  for (int d = 0; d < D.n; ++d) {
+    CUDA_OK(cudaSetDevice(d));
+    CUDA_OK(cudaMemcpyAsync(D.buf[d], host[d].data(), n * 4, cudaMemcpyHostToDevice, D.streams[d]));
+  }
+  NCCL_OK(ncclGroupStart());
+  for (int d = 0; d < D.n; ++d) {
+    CUDA_OK(cudaSetDevice(d));
+    D.red[d].allreduce(D.buf[d], n, op, D.streams[d]);
+  }
+  NCCL_OK(ncclGroupEnd());
+  out.assign(D.n, std::vector<float>(n));
+  for (int d = 0; d < D.n; ++d) {
+    CUDA_OK(cudaSetDevice(d));
+    CUDA_OK(cudaMemcpyAsync(out[d].data(), D.buf[d], n * 4, cudaMemcpyDeviceToHost, D.streams[d]));
+    CUDA_OK(cudaStreamSynchronize(D.streams[d]));
+  }
+}
+
+// Rank-order host combine, with the reducer's NaN -> +Inf rule for max.
+std::vector<float> host_combine(const std::vector<std::vector<float>>& host, gnmr::Combine op) {
+  std::vector<float> r = host[0];
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    for (std::size_t d = 0; d < host.size(); ++d) {
+      float x = host[d][i];
+      if (op == gnmr::Combine::kMax && gnmr::is_nan(x)) x = gnmr::inf_f();
+      r[i] = d == 0 ? x : (op == gnmr::Combine::kSum ? gnmr::fm::add(r[i], x) : gnmr::fm::max_nan(r[i], x));
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+int main() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    std::printf("nccl_reducer_gpu: no usable GPU (%s): skipped\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return 77;
+  }
+  Devices D;
+  D.n = count < 4 ? count : 4;
+  std::vector<int> devs(D.n);
+  for (int d = 0; d < D.n; ++d) devs[d] = d;
+  D.comms.resize(D.n);
+  NCCL_OK(ncclCommInitAll(D.comms.data(), D.n, devs.data()));
+  constexpr std::size_t kN = 37;
+  D.streams.resize(D.n);
+  D.buf.resize(D.n);
+  for (int d = 0; d < D.n; ++d) {
+    CUDA_OK(cudaSetDevice(d));
+    CUDA_OK(cudaStreamCreateWithFlags(&D.streams[d], cudaStreamNonBlocking));
+    CUDA_OK(cudaMalloc(&D.buf[d], kN * 4));
+    D.red.emplace_back(D.comms[d]);
+  }
+  const double ulps = 1.2e-7 * D.n;
+
+  // 1. NaN / Inf handling and cross-device agreement.
+  std::uint64_t seed = 0x1234567u;
+  for (gnmr::Combine op : {gnmr::Combine::kSum, gnmr::Combine::kMax}) {
+    std::vector<std::vector<float>> host(D.n, std::vector<float>(kN)), out;
+    for (int d = 0; d < D.n; ++d)
+      for (std::size_t i = 0; i < kN; ++i) host[d][i] = 100.0f * urand(seed);
+    host[D.n - 1][3] = gnmr::nan_f();
+    host[0][5] = gnmr::inf_f();
+    reduce_all(D, host, op, out);
+    const std::vector<float> ref = host_combine(host, op);
+    for (int d = 0; d < D.n; ++d)
+      CHECK(std::memcmp(out[d].data(), out[0].data(), kN * 4) == 0, "device %d differs from device 0", d);
+    for (std::size_t i = 0; i < kN; ++i) {
+      if (op == gnmr::Combine::kMax || D.n == 1) {
+        CHECK(fbits(out[0][i]) == fbits(ref[i]) || (gnmr::is_nan(out[0][i]) && gnmr::is_nan(ref[i])),
+              "op %d unit %zu: %g vs %g", static_cast<int>(op), i, out[0][i], ref[i]);
+      } else if (gnmr::is_finite(ref[i])) {
+        CHECK(std::fabs(out[0][i] - ref[i]) <= ulps * ref[i], "sum unit %zu: %g vs %g", i, out[0][i], ref[i]);
+      }
+    }
+    CHECK(!gnmr::is_finite(out[0][3]) && !gnmr::is_finite(out[0][5]), "non-finite partials must stay non-finite");
+    if (op == gnmr::Combine::kMax) CHECK(fbits(out[0][3]) == fbits(gnmr::inf_f()), "max NaN -> +Inf");
+  }
+
+  // 2. A controller trace, against NoReduce on the host-combined partials.
+  for (gnmr::Combine op : {gnmr::Combine::kSum, gnmr::Combine::kMax}) {
+    gnmr::GnmrController<> a(kN), b(kN);
+    gnmr::GnmrController<gnmr::LinfNorm> la(kN), lb(kN);
+    gnmr::NoReduce none;
+    int mismatch = 0;
+    for (int t = 1; t <= 200; ++t) {
+      std::vector<std::vector<float>> host(D.n, std::vector<float>(kN)), out;
+      for (int d = 0; d < D.n; ++d)
+        for (std::size_t i = 0; i < kN; ++i) {
+          float x = (1.0f + 0.1f * urand(seed)) / static_cast<float>(D.n);
+          if (t > 20 && (t * 7 + static_cast<int>(i)) % 53 == 0) x *= 40.0f;  // spikes, some contention
+          host[d][i] = op == gnmr::Combine::kSum ? x * x : x;
+        }
+      if (t % 50 == 0) host[D.n - 1][static_cast<std::size_t>(t) % kN] = gnmr::nan_f();
+      reduce_all(D, host, op, out);
+      std::vector<float> ref = host_combine(host, op);
+      if (op == gnmr::Combine::kSum) {
+        a.step(out[0]);
+        gnmr::reduce_and_step(b, none, ref.data(), ref.size());
+        for (std::size_t i = 0; i < kN; ++i)
+          mismatch += a.decisions()[i].flags != b.decisions()[i].flags ||
+                      (D.n == 1 && fbits(a.decisions()[i].scale) != fbits(b.decisions()[i].scale));
+      } else {
+        la.step(out[0]);
+        gnmr::reduce_and_step(lb, none, ref.data(), ref.size());
+        for (std::size_t i = 0; i < kN; ++i)
+          mismatch += la.decisions()[i].flags != lb.decisions()[i].flags ||
+                      fbits(la.decisions()[i].scale) != fbits(lb.decisions()[i].scale);
+      }
+    }
+    CHECK(mismatch == 0, "op %d: %d decision mismatches vs NoReduce", static_cast<int>(op), mismatch);
+  }
+
+  // 3. Graph capture (device 0 alone: a single-communicator capture).
+  if (D.n == 1) {
+    CUDA_OK(cudaSetDevice(0));
+    std::vector<float> in(kN), eager(kN), replay(kN);
+    for (std::size_t i = 0; i < kN; ++i) in[i] = urand(seed);
+    in[7] = gnmr::nan_f();
+    CUDA_OK(cudaMemcpy(D.buf[0], in.data(), kN * 4, cudaMemcpyHostToDevice));
+    D.red[0].allreduce(D.buf[0], kN, gnmr::Combine::kMax, D.streams[0]);
+    CUDA_OK(cudaMemcpyAsync(eager.data(), D.buf[0], kN * 4, cudaMemcpyDeviceToHost, D.streams[0]));
+    CUDA_OK(cudaStreamSynchronize(D.streams[0]));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_OK(cudaStreamBeginCapture(D.streams[0], cudaStreamCaptureModeGlobal));
+    D.red[0].allreduce(D.buf[0], kN, gnmr::Combine::kMax, D.streams[0]);
+    CUDA_OK(cudaStreamEndCapture(D.streams[0], &graph));
+    CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; ++rep) {
+      CUDA_OK(cudaMemcpyAsync(D.buf[0], in.data(), kN * 4, cudaMemcpyHostToDevice, D.streams[0]));
+      CUDA_OK(cudaGraphLaunch(exec, D.streams[0]));
+      CUDA_OK(cudaMemcpyAsync(replay.data(), D.buf[0], kN * 4, cudaMemcpyDeviceToHost, D.streams[0]));
+      CUDA_OK(cudaStreamSynchronize(D.streams[0]));
+      CHECK(std::memcmp(replay.data(), eager.data(), kN * 4) == 0, "graph replay %d differs", rep);
+    }
+    CHECK(fbits(eager[7]) == fbits(gnmr::inf_f()), "captured NaN -> +Inf");
+    CUDA_OK(cudaGraphExecDestroy(exec));
+    CUDA_OK(cudaGraphDestroy(graph));
+  }
+
+  const gnmr::ReducerStats st = D.red[0].stats();
+  std::printf("nccl_reducer_gpu: %d device(s), %llu collectives, %llu bytes on device 0: %s\n", D.n,
+              static_cast<unsigned long long>(st.collectives), static_cast<unsigned long long>(st.bytes),
+              g_failures ? "FAILED" : "passed");
+  for (int d = 0; d < D.n; ++d) {
+    CUDA_OK(cudaSetDevice(d));
+    CUDA_OK(cudaFree(D.buf[d]));
+    CUDA_OK(cudaStreamDestroy(D.streams[d]));
+    ncclCommDestroy(D.comms[d]);
+  }
+  return g_failures ? 1 : 0;
+}

@@ -1,0 +1,314 @@
+// gnmr/host/norms.hpp — per-unit partial norms of gradients in host memory.
+//
+// Step (a) of SPEC §3 for the host backend: a unit is one or more segments
+// (pointer, element count, dtype); host_unit_partials() reduces every unit's
+// segments to the NormPolicy's *partial* (sum of squares for L2/RMS, max |x|
+// for Linf), the number GnmrController::step() takes and the number ranks
+// all-reduce. Typical use:
+//
+//   std::vector<gnmr::Segment> segs = {{q.data(), q.size(), gnmr::DType::kBF16, 0}, ...};
+//   gnmr::host_unit_partials(segs, partials);   // partials.size() == num_units
+//   controller.step(partials);
+//
+// Precision: sums of squares are accumulated in double within a segment
+// (several independent accumulators, so the compiler can pipeline and
+// vectorise) and combined per unit in double, in segment order, then rounded
+// to float once. The result is therefore deterministic for a given layout,
+// within about one fp32 ulp of the exact value, but not bit-identical to a
+// GPU reduction (different summation tree). A unit whose exact sum of squares
+// exceeds FLT_MAX (|g|_2 > ~1.8e19) rounds to +Inf: the controller then sees
+// a non-finite norm and gives that unit the safety action (skip), which is
+// the right call for a gradient that large. NaN/Inf elements propagate to
+// their unit's partial for every norm (Linf uses fm::max_nan).
+//
+// A call allocates nothing once a thread has seen the largest num_units
+// (the per-unit double accumulators live in a thread_local buffer).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "gnmr/config.hpp"
+#include "gnmr/detail/half.hpp"
+#include "gnmr/policy/norm.hpp"
+
+namespace gnmr {
+
+enum class DType : std::uint8_t { kF32, kBF16, kF16 };
+
+inline const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32: return "f32";
+    case DType::kBF16: return "bf16";
+    case DType::kF16: return "f16";
+  }
+  return "?";
+}
+
+// One contiguous piece of a unit's gradient. Several segments may share a
+// unit (q/k/v of a layer, the shards of one tensor), in any order.
+struct Segment {
+  const void* data;    // numel elements of dtype
+  std::uint64_t numel;  // > 0
+  DType dtype;
+  std::uint32_t unit;  // < num_units
+};
+
+namespace detail {
+
+// Checks each segment, then that every unit has at least one segment (an
+// uncovered unit's partial would be a meaningless 0 and its norm a fake
+// "perfectly quiet" sample): mark(unit) is called for every valid segment.
+template <class Mark>
+void validate_segments(const Segment* segs, std::size_t n_segs, std::size_t num_units,
+                       bool need_data, const char* fn, Mark&& mark) {
+  const std::string f = std::string("gnmr: ") + fn + ": ";
+  if (num_units == 0) throw std::invalid_argument(f + "num_units must be >= 1");
+  if (segs == nullptr && n_segs != 0) throw std::invalid_argument(f + "null segment array");
+  for (std::size_t i = 0; i < n_segs; ++i) {
+    const Segment& s = segs[i];
+    const std::string at = f + "segment " + std::to_string(i);
+    if (s.numel == 0) throw std::invalid_argument(at + " is empty (numel 0)");
+    if (need_data && s.data == nullptr) throw std::invalid_argument(at + " has null data");
+    if (s.dtype != DType::kF32 && s.dtype != DType::kBF16 && s.dtype != DType::kF16)
+      throw std::invalid_argument(at + " has an unknown dtype (" +
+                                  std::to_string(static_cast<unsigned>(s.dtype)) + ")");
+    if (s.unit >= num_units)
+      throw std::invalid_argument(at + " has unit " + std::to_string(s.unit) +
+                                  ", but num_units is " + std::to_string(num_units));
+    mark(s.unit);
+  }
+}
+
+[[noreturn]] inline void throw_uncovered(const char* fn, std::size_t u) {
+  throw std::invalid_argument(std::string("gnmr: ") + fn + ": unit " + std::to_string(u) +
+                              " has no segment (its norm would be meaningless)");
+}
+
+// ---- Per-dtype kernels --------------------------------------------------
+// 8 independent double accumulators: the add latency is hidden and GCC/Clang
+// turn the block into packed converts, multiplies and adds. The final tree
+// is fixed, so the result depends on the data alone.
+constexpr std::size_t kLanes = 8;
+
+GNMR_HOST_DEVICE double tree8(const double* a) {
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+inline double sumsq_f32(const float* p, std::uint64_t n) {
+  double a[kLanes] = {};
+  std::uint64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) {
+      const double x = static_cast<double>(p[i + j]);
+      a[j] += x * x;
+    }
+  for (std::size_t j = 0; i < n; ++i, ++j) {
+    const double x = static_cast<double>(p[i]);
+    a[j] += x * x;
+  }
+  return tree8(a);
+}
+
+inline double sumsq_bf16(const std::uint16_t* p, std::uint64_t n) {
+  double a[kLanes] = {};
+  std::uint64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) {
+      const double x = static_cast<double>(bf16_to_float(p[i + j]));
+      a[j] += x * x;
+    }
+  for (std::size_t j = 0; i < n; ++i, ++j) {
+    const double x = static_cast<double>(bf16_to_float(p[i]));
+    a[j] += x * x;
+  }
+  return tree8(a);
+}
+
+inline double sumsq_f16(const std::uint16_t* p, std::uint64_t n) {
+  // The sign does not matter for a square: decode the magnitude only. The
+  // square of an fp16 value is exact in fp32 (11-bit significands, 2^-48 ..
+  // 2^32), so it is formed there, 4 lanes at a time, and only summed in double.
+  double a[kLanes] = {};
+  std::uint64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) {
+      const float x = bits_to_float(fp16_mag_to_f32_bits(p[i + j]));
+      a[j] += static_cast<double>(x * x);
+    }
+  for (std::size_t j = 0; i < n; ++i, ++j) {
+    const float x = bits_to_float(fp16_mag_to_f32_bits(p[i]));
+    a[j] += static_cast<double>(x * x);
+  }
+  return tree8(a);
+}
+
+// max |x| on the bit patterns: with the sign cleared, IEEE magnitudes order
+// like integers and every NaN sorts above Inf, so an integer max (which
+// vectorises) yields max |x|, or a NaN if there is one. The masked values
+// are non-negative as *signed* integers, and signed max/compare is what
+// baseline SSE2 has (pmaxsw, pcmpgtd).
+template <class S, class U>
+inline S maxabs_bits(const U* p, std::uint64_t n, S mag_mask) {
+  S a[kLanes] = {};
+  std::uint64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (std::size_t j = 0; j < kLanes; ++j) {
+      const S v = static_cast<S>(p[i + j] & static_cast<U>(mag_mask));
+      a[j] = v > a[j] ? v : a[j];
+    }
+  for (std::size_t j = 0; i < n; ++i, ++j) {
+    const S v = static_cast<S>(p[i] & static_cast<U>(mag_mask));
+    a[j] = v > a[j] ? v : a[j];
+  }
+  S m = 0;
+  for (std::size_t j = 0; j < kLanes; ++j) m = a[j] > m ? a[j] : m;
+  return m;
+}
+
+inline float maxabs_segment(const Segment& s) {
+  switch (s.dtype) {
+    case DType::kF32:
+      return bits_to_float(static_cast<std::uint32_t>(maxabs_bits(
+          static_cast<const std::uint32_t*>(s.data), s.numel, std::int32_t{0x7fffffff})));
+    case DType::kBF16:
+      return bf16_to_float(static_cast<std::uint16_t>(maxabs_bits(
+          static_cast<const std::uint16_t*>(s.data), s.numel, std::int16_t{0x7fff})));
+    case DType::kF16:
+      return fp16_to_float(static_cast<std::uint16_t>(maxabs_bits(
+          static_cast<const std::uint16_t*>(s.data), s.numel, std::int16_t{0x7fff})));
+  }
+  return nan_f();
+}
+
+inline double sumsq_segment(const Segment& s) {
+  switch (s.dtype) {
+    case DType::kF32: return sumsq_f32(static_cast<const float*>(s.data), s.numel);
+    case DType::kBF16: return sumsq_bf16(static_cast<const std::uint16_t*>(s.data), s.numel);
+    case DType::kF16: return sumsq_f16(static_cast<const std::uint16_t*>(s.data), s.numel);
+  }
+  return static_cast<double>(nan_f());
+}
+
+inline float load_element(const Segment& s, std::uint64_t i) {
+  switch (s.dtype) {
+    case DType::kF32: return static_cast<const float*>(s.data)[i];
+    case DType::kBF16: return bf16_to_float(static_cast<const std::uint16_t*>(s.data)[i]);
+    case DType::kF16: return fp16_to_float(static_cast<const std::uint16_t*>(s.data)[i]);
+  }
+  return nan_f();
+}
+
+// What host_unit_partials does for a NormPolicy: the built-in ones get the
+// fast kernels above; any other policy is folded element by element with its
+// own element()/combine() (in double for kSum, in float for kMax).
+enum class HostKernel { kSumSquares, kMaxAbs, kGenericSum, kGenericMax };
+template <class Norm>
+constexpr HostKernel host_kernel() {
+  if (std::is_same<Norm, L2Norm>::value || std::is_same<Norm, RmsNorm>::value)
+    return HostKernel::kSumSquares;
+  if (std::is_same<Norm, LinfNorm>::value) return HostKernel::kMaxAbs;
+  return Norm::kCombine == Combine::kSum ? HostKernel::kGenericSum : HostKernel::kGenericMax;
+}
+
+// double -> float, round to nearest even, +-Inf past the float range (a
+// plain cast of an out-of-range double is undefined behaviour in C++).
+inline float to_float_rn(double x) {
+  constexpr double kOverflow = 340282356779733661637539395458142568448.0;  // 2^128 - 2^103
+  if (x >= kOverflow) return inf_f();
+  if (x <= -kOverflow) return -inf_f();
+  return static_cast<float>(x);
+}
+
+// Per-unit accumulator. Negative = "no segment seen": sums of squares and
+// maxima of |x| are >= 0 or NaN, so the sentinel cannot collide with data.
+inline std::vector<double>& unit_scratch(std::size_t num_units) {
+  thread_local std::vector<double> acc;
+  acc.assign(num_units, -1.0);
+  return acc;
+}
+
+}  // namespace detail
+
+// Partials of every unit: partials[u] for u < num_units. Throws
+// std::invalid_argument (naming the segment) on an empty segment, null data,
+// an unknown dtype, unit >= num_units, num_units == 0, or a unit with no
+// segment; nothing is read and partials is untouched when it throws.
+template <class Norm = L2Norm>
+void host_unit_partials(const Segment* segs, std::size_t n_segs, float* partials,
+                        std::size_t num_units) {
+  constexpr detail::HostKernel kernel = detail::host_kernel<Norm>();
+  const char* fn = "host_unit_partials";
+  if (partials == nullptr) throw std::invalid_argument("gnmr: host_unit_partials: null partials");
+  std::vector<double>& acc = detail::unit_scratch(num_units);
+  detail::validate_segments(segs, n_segs, num_units, true, fn,
+                            [&acc](std::uint32_t u) { acc[u] = 0.0; });
+  for (std::size_t u = 0; u < num_units; ++u)
+    if (acc[u] < 0.0) detail::throw_uncovered(fn, u);
+  // Every unit now holds 0, the identity of the built-in partials; a custom
+  // max-combined policy starts from its own identity.
+  if (kernel == detail::HostKernel::kGenericMax)
+    for (std::size_t u = 0; u < num_units; ++u) acc[u] = static_cast<double>(Norm::identity());
+
+  for (std::size_t i = 0; i < n_segs; ++i) {
+    const Segment& s = segs[i];
+    double& a = acc[s.unit];
+    if (kernel == detail::HostKernel::kSumSquares) {
+      a += detail::sumsq_segment(s);
+    } else if (kernel == detail::HostKernel::kMaxAbs) {
+      // acc holds floats exactly; 0 is the identity of max |x|.
+      a = static_cast<double>(fm::max_nan(static_cast<float>(a), detail::maxabs_segment(s)));
+    } else if (kernel == detail::HostKernel::kGenericSum) {
+      double sum = 0.0;
+      for (std::uint64_t j = 0; j < s.numel; ++j)
+        sum += static_cast<double>(Norm::element(detail::load_element(s, j)));
+      a += sum;
+    } else {
+      float m = static_cast<float>(a);
+      for (std::uint64_t j = 0; j < s.numel; ++j)
+        m = Norm::combine(m, Norm::element(detail::load_element(s, j)));
+      a = static_cast<double>(m);
+    }
+  }
+  for (std::size_t u = 0; u < num_units; ++u) partials[u] = detail::to_float_rn(acc[u]);
+}
+
+// partials.size() is the number of units.
+template <class Norm = L2Norm>
+void host_unit_partials(const std::vector<Segment>& segs, std::vector<float>& partials) {
+  host_unit_partials<Norm>(segs.data(), segs.size(), partials.data(), partials.size());
+}
+
+template <class Norm = L2Norm>
+std::vector<float> host_unit_partials(const std::vector<Segment>& segs, std::size_t num_units) {
+  std::vector<float> partials(num_units);
+  host_unit_partials<Norm>(segs.data(), segs.size(), partials.data(), num_units);
+  return partials;
+}
+
+// Elements per unit, for GnmrController::set_unit_numel (RmsNorm needs it).
+// Validates the layout like host_unit_partials except for null data, so the
+// sizes can be set up before the gradient buffers exist. The Norm parameter
+// is accepted for symmetry with host_unit_partials and not used.
+template <class Norm = L2Norm>
+std::vector<std::uint64_t> unit_numel(const Segment* segs, std::size_t n_segs,
+                                      std::size_t num_units) {
+  const char* fn = "unit_numel";
+  detail::validate_segments(segs, n_segs, num_units, false, fn, [](std::uint32_t) {});
+  std::vector<std::uint64_t> numel(num_units, 0);
+  for (std::size_t i = 0; i < n_segs; ++i) numel[segs[i].unit] += segs[i].numel;
+  for (std::size_t u = 0; u < num_units; ++u)
+    if (numel[u] == 0) detail::throw_uncovered(fn, u);
+  return numel;
+}
+
+template <class Norm = L2Norm>
+std::vector<std::uint64_t> unit_numel(const std::vector<Segment>& segs, std::size_t num_units) {
+  return unit_numel<Norm>(segs.data(), segs.size(), num_units);
+}
+
+}  // namespace gnmr

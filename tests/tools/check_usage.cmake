@@ -1,0 +1,32 @@
+# Bad command lines and config files: exit status 2 and a message that names
+# the problem. Arguments: REPLAY, TRACE (a valid trace), WORK.
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK})
+file(WRITE ${WORK}/bad.cfg "# settings\ntau = 2.5\n\nfrobnicate = 1\n")
+file(WRITE ${WORK}/good.cfg "tau = 2.5\nlock=4 # not a comment: rejected below\n")
+file(WRITE ${WORK}/ok.cfg "# settings\ntau = 2.5\nlock = 4\npreset = gnmr\n")
+
+function(expect rc_want text)
+  execute_process(COMMAND ${REPLAY} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL rc_want)
+    message(FATAL_ERROR "gnmr-replay ${ARGN}: exit '${rc}', expected ${rc_want}\n${out}\n${err}")
+  endif()
+  string(FIND "${out}${err}" "${text}" pos)
+  if(pos EQUAL -1)
+    message(FATAL_ERROR "gnmr-replay ${ARGN}: output lacks '${text}':\n${out}\n${err}")
+  endif()
+endfunction()
+
+expect(2 "no trace file given")
+expect(2 "unknown preset 'nosuch'" ${TRACE} --preset nosuch)
+expect(2 "unknown option --frob" ${TRACE} --frob 1)
+expect(2 "tau must be" ${TRACE} --tau -1)
+expect(2 "is not a number" ${TRACE} --tau abc)
+expect(2 "max_o must be >= 1" ${TRACE} --maxo 0)
+expect(2 "does not apply to preset 'clip'" ${TRACE} --preset clip --tau 2)
+expect(2 "bad.cfg:4: unknown key 'frobnicate'" ${TRACE} --config ${WORK}/bad.cfg)
+expect(2 "good.cfg:2: lock: '4 # not a comment: rejected below' is not an integer" ${TRACE} --config ${WORK}/good.cfg)
+expect(1 "cannot open trace" ${WORK}/missing.csv)
+expect(0 "usage: gnmr-replay" --help)
+# Flags override the config file: lock 4 from the file, maxo 1 from the flag.
+expect(0 "gnmr " ${TRACE} --config ${WORK}/ok.cfg --maxo 1 --quiet)

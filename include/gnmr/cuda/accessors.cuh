@@ -1,0 +1,55 @@
+// gnmr/cuda/accessors.cuh — what a user's own optimizer kernel needs to
+// apply a controller's decisions (SPEC §3 step (d)).
+//
+//   const gnmr::UnitDecision d = gnmr::cuda::decision(decisions, unit);  // one 8-byte load
+//   if (gnmr::cuda::should_skip(d)) return;      // select: nothing is read or written
+//   if (gnmr::cuda::reset_moments(d)) { m = 0; v = 0; }
+//   g *= gnmr::cuda::grad_scale(d);
+//
+// Skipping must be a branch or a select, never a multiply by the scale: a
+// skipped unit's scale is 0 and its gradient may be NaN (0 * NaN = NaN).
+// apply_guarded() is that select for an already computed update.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gnmr/types.hpp"
+
+namespace gnmr {
+namespace cuda {
+
+// The decision of `unit` in one 8-byte read-only load. The array must be
+// 8-byte aligned (DeviceController::decisions() is) and must not be written
+// by the kernel that reads it.
+__device__ __forceinline__ UnitDecision decision(const UnitDecision* d, std::uint32_t unit) {
+  const uint2 u = __ldg(reinterpret_cast<const uint2*>(d) + unit);
+  UnitDecision r;
+  r.scale = __uint_as_float(u.x);
+  r.flags = u.y;
+  return r;
+}
+
+__device__ __forceinline__ bool should_skip(const UnitDecision& d) { return (d.flags & kSkip) != 0u; }
+__device__ __forceinline__ bool should_skip(const UnitDecision* d, std::uint32_t unit) {
+  return should_skip(decision(d, unit));
+}
+__device__ __forceinline__ float grad_scale(const UnitDecision& d) { return d.scale; }
+__device__ __forceinline__ float grad_scale(const UnitDecision* d, std::uint32_t unit) {
+  return decision(d, unit).scale;
+}
+__device__ __forceinline__ bool reset_moments(const UnitDecision& d) {
+  return (d.flags & kResetMoments) != 0u;
+}
+__device__ __forceinline__ bool promote(const UnitDecision& d) { return (d.flags & kPromote) != 0u; }
+
+// old value if the unit is skipped, else the update: a select, so a NaN in
+// `updated` never escapes a skipped unit.
+template <class T>
+__device__ __forceinline__ T apply_guarded(const UnitDecision& d, T old_value, T updated) {
+  return should_skip(d) ? old_value : updated;
+}
+
+}  // namespace cuda
+}  // namespace gnmr

@@ -1,0 +1,11 @@
+// gnmr/cuda/all.cuh — the whole CUDA backend in one include: per-unit norms
+// (norms.cuh), the device controller (controller.cuh), the guarded fused
+// AdamW (adamw.cuh) and the accessors for a user's own optimizer kernel
+// (accessors.cuh). Include from .cu files compiled by nvcc.
+#pragma once
+
+#include "gnmr/cuda/accessors.cuh"
+#include "gnmr/cuda/adamw.cuh"
+#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/controller.cuh"
+#include "gnmr/cuda/norms.cuh"

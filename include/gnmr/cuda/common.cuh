@@ -1,0 +1,159 @@
+// gnmr/cuda/common.cuh — shared plumbing of the CUDA backend: error
+// reporting, an owning device buffer, and the fixed-shape block reductions
+// whose order the host emulations in gnmr/detail/*.hpp replay.
+//
+// Conventions of the backend: constructors and plan builders allocate and
+// may synchronise (they run once, at setup) and throw gnmr::cuda::Error;
+// per-step entry points only enqueue work on the caller's stream, never
+// allocate, never synchronise, never copy to the host, and return the
+// cudaError_t of their launches (CUB style), so they can be captured in a
+// CUDA graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "gnmr/config.hpp"
+
+namespace gnmr {
+namespace cuda {
+
+class Error : public std::runtime_error {
+ public:
+  Error(cudaError_t e, const std::string& what)
+      : std::runtime_error("gnmr: " + what + ": " + cudaGetErrorName(e) + " (" +
+                           cudaGetErrorString(e) + ")"),
+        code_(e) {}
+  cudaError_t code() const { return code_; }
+
+ private:
+  cudaError_t code_;
+};
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(e, what);
+}
+
+// Owning device allocation (cudaMalloc/cudaFree). Movable, not copyable.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes, const char* what = "cudaMalloc") : bytes_(bytes) {
+    if (bytes) check(cudaMalloc(&ptr_, bytes), what);
+  }
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      if (ptr_) cudaFree(ptr_);
+      ptr_ = o.ptr_;
+      bytes_ = o.bytes_;
+      o.ptr_ = nullptr;
+      o.bytes_ = 0;
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return ptr_; }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// Carves aligned sub-buffers out of one allocation (or out of a caller's
+// workspace): a dry run with base == nullptr measures the size.
+class Carver {
+ public:
+  explicit Carver(void* base) : base_(static_cast<unsigned char*>(base)) {}
+  template <class T>
+  T* take(std::size_t count) {
+    off_ = (off_ + 255u) & ~static_cast<std::size_t>(255u);
+    T* p = base_ ? reinterpret_cast<T*>(base_ + off_) : nullptr;
+    off_ += count * sizeof(T);
+    return p;
+  }
+  std::size_t bytes() const { return (off_ + 255u) & ~static_cast<std::size_t>(255u); }
+
+ private:
+  unsigned char* base_;
+  std::size_t off_ = 0;
+};
+
+namespace detail {
+
+// Block-wide fold in a fixed tree (the order gnmr::detail::emulate_block_tree
+// replays): shuffles down by 16..1 in every warp, then warp 0 folds the warp
+// results padded with the identity. Result valid in thread 0 only. Every
+// thread of the block must call it; scratch holds 32 values.
+template <class T, class Merge>
+__device__ __forceinline__ T block_tree(T x, T identity, Merge merge, T* scratch) {
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned warp = threadIdx.x >> 5;
+  const unsigned warps = (blockDim.x + 31u) >> 5;
+#pragma unroll
+  for (unsigned off = 16; off >= 1; off >>= 1) x = merge(x, __shfl_down_sync(0xffffffffu, x, off));
+  __syncthreads();  // scratch may still be in use by a previous call
+  if (lane == 0) scratch[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    x = lane < warps ? scratch[lane] : identity;
+#pragma unroll
+    for (unsigned off = 16; off >= 1; off >>= 1) x = merge(x, __shfl_down_sync(0xffffffffu, x, off));
+  }
+  return x;
+}
+
+// Signals that this block is done with its share and returns true in the
+// one block that finished last (the classic threadfence reduction). The
+// caller's global writes before the call are visible to that block. The
+// counter is reset by the last block, so the next launch (or graph replay)
+// starts from zero.
+__device__ __forceinline__ bool last_block_done(unsigned int* counter, unsigned int expected,
+                                                int* flag_smem) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned int prev = atomicAdd(counter, 1u);
+    *flag_smem = prev == expected - 1u;
+    if (*flag_smem) *counter = 0u;
+  }
+  __syncthreads();
+  const bool last = *flag_smem != 0;
+  if (last) __threadfence();
+  return last;
+}
+
+// Loads a trivially copyable T written by another block of the same launch
+// through L2 (ld.global.cg), never a possibly stale L1 line.
+template <class T>
+__device__ __forceinline__ T load_cg(const T* p) {
+  static_assert(sizeof(T) % 4 == 0 && alignof(T) >= 4, "load_cg: 4-byte granular types only");
+  T out;
+  const unsigned int* src = reinterpret_cast<const unsigned int*>(p);
+  unsigned int* dst = reinterpret_cast<unsigned int*>(&out);
+#pragma unroll
+  for (unsigned i = 0; i < sizeof(T) / 4; ++i) dst[i] = __ldcg(src + i);
+  return out;
+}
+
+}  // namespace detail
+}  // namespace cuda
+}  // namespace gnmr

@@ -1,0 +1,260 @@
+// gnmr/cuda/controller.cuh — DeviceController: the CUDA backend of one GNMR
+// step (SPEC §3 step (c)). All controller state lives on the device.
+//
+//   gnmr::cuda::DeviceController<> ctl(num_units);           // allocates once
+//   gnmr::cuda::unit_partials(plan, d_partials, stream);      // step (a)
+//   ctl.step(d_partials, stream);                             // step (c)
+//   my_optimizer<<<..., stream>>>(ctl.decisions(), ...);      // step (d)
+//
+// A step is two kernel launches on the caller's stream (controller_kernels.cuh):
+// no allocation, no host synchronisation, no device-to-host copy, and the
+// step counter lives on the device, so the whole sequence can be captured
+// in a CUDA graph and replayed. Decisions, reports and the summary are
+// device arrays; read telemetry a step late with copy_summary_async() into
+// pinned memory, never with a blocking copy in the training loop.
+//
+// Same policies, same per-unit functors (gnmr/detail/step.hpp) and the same
+// selection order as GnmrController: given the same norms, the decisions,
+// flags, lock counters and summary are identical to the host backend's.
+// Two instances (or two steps of one instance) must not run concurrently on
+// different streams: they share the instance's scratch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gnmr/controller.hpp"
+#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/controller_kernels.cuh"
+#include "gnmr/detail/select.hpp"
+#include "gnmr/detail/step.hpp"
+#include "gnmr/types.hpp"
+
+namespace gnmr {
+namespace cuda {
+
+template <class Norm = L2Norm, class Mean = EmaMean, class Trigger = GnmrTrigger,
+          class Recovery = ClipToMean, class Budget = MaxO>
+class DeviceController {
+ public:
+  using Policies = gnmr::detail::PolicySet<Norm, Mean, Trigger, Recovery, Budget>;
+  using UnitState = typename Policies::UnitState;
+
+  // Validates like GnmrController (std::invalid_argument), allocates every
+  // buffer the steps use and uploads the initial state (synchronously).
+  explicit DeviceController(std::size_t num_units, Norm norm = {}, Mean mean = {},
+                            Trigger trigger = {}, Recovery recovery = {}, Budget budget = {},
+                            ControllerOptions opt = {})
+      : DeviceController(nullptr, 0, num_units, norm, mean, trigger, recovery, budget, opt) {}
+
+  // Two-phase form: the device workspace the controller needs for num_units
+  // units under this budget; pass a buffer of at least that size to the
+  // constructor below (it must outlive the controller).
+  static std::size_t workspace_bytes(std::size_t num_units, const Budget& budget = {}) {
+    return carve(nullptr, num_units, budget).bytes;
+  }
+  DeviceController(void* d_workspace, std::size_t ws_bytes, std::size_t num_units, Norm norm = {},
+                   Mean mean = {}, Trigger trigger = {}, Recovery recovery = {}, Budget budget = {},
+                   ControllerOptions opt = {})
+      : host_check_(validate(num_units, norm, mean, trigger, recovery, budget, opt)),
+        p_{norm, mean, trigger, recovery, budget, opt.eps},
+        n_(num_units) {
+    const std::size_t need = carve(nullptr, n_, budget).bytes;
+    void* base = d_workspace;
+    if (base == nullptr) {
+      own_ = DeviceBuffer(need, "DeviceController: cudaMalloc");
+      base = own_.get();
+    } else if (ws_bytes < need) {
+      throw std::invalid_argument("gnmr: DeviceController: workspace of " + std::to_string(ws_bytes) +
+                                  " bytes, " + std::to_string(need) + " needed");
+    }
+    b_ = carve(base, n_, budget);
+    check(cudaMemset(b_.counters, 0, 2 * sizeof(unsigned int)), "DeviceController: init");
+    check(cudaMemset(b_.dec, 0, n_ * sizeof(UnitDecision)), "DeviceController: init");
+    check(cudaMemset(b_.rep, 0, n_ * sizeof(UnitReport)), "DeviceController: init");
+    reset();
+  }
+
+  DeviceController(const DeviceController&) = delete;
+  DeviceController& operator=(const DeviceController&) = delete;
+
+  std::size_t num_units() const { return n_; }
+  const Policies& policies() const { return p_; }
+
+  // One step from per-unit partials in device memory (Norm's sum of squares
+  // or max, e.g. from gnmr::cuda::unit_partials or after an all-reduce).
+  // Throws std::invalid_argument / std::logic_error on misuse detectable on
+  // the host; returns the launch error otherwise. Enqueue only.
+  cudaError_t step(const float* d_partials, cudaStream_t stream = 0) {
+    if (d_partials == nullptr) throw std::invalid_argument("gnmr: DeviceController::step: null partials");
+    if (norm_needs_numel<Norm>() && !numel_set_)
+      throw std::logic_error(std::string("gnmr: ") + Norm::kName +
+                             " norm needs unit sizes: call set_unit_numel() first");
+    return launch<true>(d_partials, stream);
+  }
+  // One step from finished norms (one per unit) in device memory.
+  cudaError_t step_norms(const float* d_norms, cudaStream_t stream = 0) {
+    if (d_norms == nullptr) throw std::invalid_argument("gnmr: DeviceController::step_norms: null norms");
+    return launch<false>(d_norms, stream);
+  }
+
+  // Element count per unit (host array); RmsNorm needs it. Setup time:
+  // synchronous upload.
+  void set_unit_numel(const std::uint64_t* numel, std::size_t n) {
+    if (n != n_ || numel == nullptr)
+      throw std::invalid_argument("gnmr: DeviceController::set_unit_numel: expected " +
+                                  std::to_string(n_) + " values");
+    std::vector<double> d(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (numel[i] == 0)
+        throw std::invalid_argument("gnmr: set_unit_numel: unit " + std::to_string(i) + " has 0 elements");
+      d[i] = static_cast<double>(numel[i]);
+    }
+    check(cudaMemcpy(b_.numel, d.data(), n * sizeof(double), cudaMemcpyHostToDevice),
+          "DeviceController::set_unit_numel");
+    numel_set_ = true;
+  }
+  void set_unit_numel(const std::vector<std::uint64_t>& numel) { set_unit_numel(numel.data(), numel.size()); }
+
+  // Device arrays, valid after the step that wrote them has run.
+  const UnitDecision* decisions() const { return b_.dec; }  // num_units, 8-byte aligned
+  const UnitReport* reports() const { return b_.rep; }
+  const StepSummary* summary() const { return b_.summary; }
+  const std::int64_t* steps_done_device() const { return b_.step; }
+  const UnitState* unit_states() const { return b_.state; }
+
+  // Telemetry without a sync: enqueue a copy of the summary into host
+  // memory (pinned, for it to be truly asynchronous); read it after a later
+  // event or step has completed.
+  cudaError_t copy_summary_async(StepSummary* host, cudaStream_t stream = 0) const {
+    return cudaMemcpyAsync(host, b_.summary, sizeof(StepSummary), cudaMemcpyDeviceToHost, stream);
+  }
+
+  // Blocking host copies (tests, checkpoints, debugging): they synchronise
+  // the device.
+  std::vector<UnitDecision> copy_decisions() const { return download(b_.dec, n_); }
+  std::vector<UnitReport> copy_reports() const { return download(b_.rep, n_); }
+  std::vector<UnitState> copy_unit_states() const { return download(b_.state, n_); }
+  StepSummary copy_summary() const { return download(b_.summary, 1)[0]; }
+  std::int64_t steps_done() const { return download(b_.step, 1)[0]; }
+
+  // Back to the state at construction (unit sizes are kept). Synchronous.
+  void reset() { restore(std::vector<UnitState>(n_, Policies::init_unit()), 0); }
+
+  // Replace the whole state (e.g. from a checkpoint or a host controller's
+  // unit_states()). Synchronous.
+  void restore(const std::vector<UnitState>& st, std::int64_t step) {
+    if (st.size() != n_) throw std::invalid_argument("gnmr: DeviceController::restore: unit count mismatch");
+    check(cudaMemcpy(b_.state, st.data(), n_ * sizeof(UnitState), cudaMemcpyHostToDevice),
+          "DeviceController::restore");
+    check(cudaMemcpy(b_.step, &step, sizeof step, cudaMemcpyHostToDevice), "DeviceController::restore");
+    const StepSummary zero{};
+    check(cudaMemcpy(b_.summary, &zero, sizeof zero, cudaMemcpyHostToDevice), "DeviceController::restore");
+  }
+
+ private:
+  struct Bufs {
+    UnitState* state = nullptr;
+    UnitDecision* dec = nullptr;
+    UnitReport* rep = nullptr;
+    StepSummary* summary = nullptr;
+    std::int64_t* step = nullptr;
+    double* numel = nullptr;
+    float* norm = nullptr;
+    std::uint64_t* key = nullptr;
+    std::uint32_t* block_counts = nullptr;
+    std::uint64_t* block_top = nullptr;
+    gnmr::detail::SelectRule* rule = nullptr;
+    gnmr::detail::SummaryAcc* block_acc = nullptr;
+    unsigned int* counters = nullptr;
+    std::size_t bytes = 0;
+  };
+
+  static std::size_t blocks_for(std::size_t n) {
+    return (n + gnmr::detail::kSelectThreads - 1) / gnmr::detail::kSelectThreads;
+  }
+  static Bufs carve(void* base, std::size_t n, const Budget& budget) {
+    const std::size_t nb = blocks_for(n);
+    const std::uint32_t k = gnmr::detail::topk_per_block(budget.slots());
+    Carver c(base);
+    Bufs b;
+    b.state = c.take<UnitState>(n);
+    b.dec = c.take<UnitDecision>(n);
+    b.rep = c.take<UnitReport>(n);
+    b.summary = c.take<StepSummary>(1);
+    b.step = c.take<std::int64_t>(1);
+    b.numel = norm_needs_numel<Norm>() ? c.take<double>(n) : nullptr;
+    b.norm = c.take<float>(n);
+    b.key = c.take<std::uint64_t>(n);
+    b.block_counts = c.take<std::uint32_t>(2 * nb);
+    b.block_top = k ? c.take<std::uint64_t>(nb * k) : nullptr;
+    b.rule = c.take<gnmr::detail::SelectRule>(1);
+    b.block_acc = c.take<gnmr::detail::SummaryAcc>(nb);
+    b.counters = c.take<unsigned int>(2);
+    b.bytes = c.bytes();
+    return b;
+  }
+
+  static bool validate(std::size_t num_units, const Norm& norm, const Mean& mean, const Trigger& trigger,
+                       const Recovery& recovery, const Budget& budget, const ControllerOptions& opt) {
+    // The host controller owns the rules (messages, limits); a throw-away
+    // one-unit instance applies them without duplicating them here.
+    GnmrController<Norm, Mean, Trigger, Recovery, Budget> probe(1, norm, mean, trigger, recovery, budget,
+                                                                 opt);
+    (void)probe;
+    if (num_units == 0) throw std::invalid_argument("gnmr: DeviceController needs at least one unit");
+    if (num_units > 0x7fffffffu)
+      throw std::invalid_argument("gnmr: DeviceController supports at most 2^31-1 units, got " +
+                                  std::to_string(num_units));
+    return true;
+  }
+
+  template <bool kFinish>
+  cudaError_t launch(const float* in, cudaStream_t stream) {
+    detail::CtrlArgs<Policies> a{p_,
+                                 b_.state,
+                                 b_.dec,
+                                 b_.rep,
+                                 b_.summary,
+                                 b_.step,
+                                 b_.numel,
+                                 b_.norm,
+                                 b_.key,
+                                 b_.block_counts,
+                                 b_.block_top,
+                                 b_.rule,
+                                 b_.block_acc,
+                                 b_.counters,
+                                 static_cast<std::uint32_t>(n_),
+                                 p_.budget.slots(),
+                                 gnmr::detail::topk_per_block(p_.budget.slots())};
+    const unsigned int nb = static_cast<unsigned int>(blocks_for(n_));
+    detail::ctrl_phase1<Policies, kFinish><<<nb, gnmr::detail::kSelectThreads, 0, stream>>>(a, in);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    detail::ctrl_phase3<Policies><<<nb, gnmr::detail::kSelectThreads, 0, stream>>>(a);
+    return cudaGetLastError();
+  }
+
+  template <class T>
+  static std::vector<T> download(const T* d, std::size_t n) {
+    std::vector<T> h(n);
+    check(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), "DeviceController: download");
+    return h;
+  }
+
+  bool host_check_;
+  Policies p_;
+  std::size_t n_;
+  DeviceBuffer own_;
+  Bufs b_;
+  bool numel_set_ = false;
+};
+
+}  // namespace cuda
+}  // namespace gnmr

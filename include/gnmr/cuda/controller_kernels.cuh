@@ -1,0 +1,260 @@
+// gnmr/cuda/controller_kernels.cuh — the two kernels of one device
+// controller step (used by gnmr/cuda/controller.cuh).
+//
+//   phase1: one thread per unit runs detail::evaluate_unit, stores the norm
+//           and the unit's rank key (0 unless it is a candidate), and counts
+//           held slots and candidates per block (__syncthreads_count); with
+//           few slots each block also keeps its top-`slots` keys. The last
+//           block to finish (integer counter) turns the counts into a
+//           SelectRule by the radix select of gnmr/detail/select.hpp.
+//   phase3: one thread per unit re-evaluates (pure), applies the rule,
+//           runs detail::commit_unit, writes state/decision/report and folds
+//           a SummaryAcc per block; the last block merges the block
+//           accumulators in a fixed tree, writes the StepSummary and advances
+//           the device step counter.
+// Everything that decides is integer or the shared per-unit functors, so the
+// outcome is the host GnmrController's, bit for bit.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gnmr/cuda/common.cuh"
+#include "gnmr/detail/select.hpp"
+#include "gnmr/detail/step.hpp"
+#include "gnmr/types.hpp"
+
+namespace gnmr {
+namespace cuda {
+namespace detail {
+
+using gnmr::detail::kSelectThreads;
+
+template <class PS>
+struct CtrlArgs {
+  PS p;
+  typename PS::UnitState* state;
+  UnitDecision* dec;
+  UnitReport* rep;
+  StepSummary* summary;
+  std::int64_t* step;
+  const double* numel;  // per unit, only for norms that need it
+  float* norm;          // this step's norms
+  std::uint64_t* key;   // rank keys, 0 = not a candidate
+  std::uint32_t* block_counts;  // {held, candidates} per block
+  std::uint64_t* block_top;     // topk keys per block (topk > 0)
+  gnmr::detail::SelectRule* rule;
+  gnmr::detail::SummaryAcc* block_acc;
+  unsigned int* counters;  // [0] phase 1, [1] phase 3
+  std::uint32_t n;
+  std::uint32_t slots;
+  std::uint32_t topk;
+};
+
+struct MaxU64 {
+  __device__ __forceinline__ unsigned long long operator()(unsigned long long a,
+                                                           unsigned long long b) const {
+    return a > b ? a : b;
+  }
+};
+struct AddU32 {
+  __device__ __forceinline__ unsigned int operator()(unsigned int a, unsigned int b) const {
+    return a + b;
+  }
+};
+
+// The block's top-k keys, largest first, zero padded. Keys are unique, so
+// "largest below the previous pick" enumerates them. rounds is block-uniform.
+__device__ __forceinline__ void block_topk(std::uint64_t key, std::uint32_t k, std::uint32_t rounds,
+                                           std::uint64_t* out, unsigned long long (*smax)[32]) {
+  unsigned long long prev = ~0ull;
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned warp = threadIdx.x >> 5;
+  const unsigned warps = blockDim.x >> 5;
+  for (std::uint32_t j = 0; j < rounds; ++j) {
+    unsigned long long x = key < prev ? key : 0ull;
+#pragma unroll
+    for (unsigned off = 16; off >= 1; off >>= 1) x = MaxU64{}(x, __shfl_xor_sync(0xffffffffu, x, off));
+    if (lane == 0) smax[j & 1u][warp] = x;
+    __syncthreads();  // double buffer: round j+2 rewrites after round j+1's barrier
+    unsigned long long m = 0;
+    for (unsigned w = 0; w < warps; ++w) m = MaxU64{}(m, smax[j & 1u][w]);
+    prev = m;
+    if (threadIdx.x == 0) out[j] = m;
+  }
+  for (std::uint32_t j = rounds + threadIdx.x; j < k; j += blockDim.x) out[j] = 0u;
+}
+
+// Inclusive prefix sum over the block (one value per thread, blockDim == 256).
+__device__ __forceinline__ std::uint32_t block_scan_u32(std::uint32_t x, std::uint32_t* s_warp) {
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned warp = threadIdx.x >> 5;
+#pragma unroll
+  for (unsigned off = 1; off < 32; off <<= 1) {
+    const std::uint32_t y = __shfl_up_sync(0xffffffffu, x, off);
+    if (lane >= off) x += y;
+  }
+  __syncthreads();
+  if (lane == 31) s_warp[warp] = x;
+  __syncthreads();
+  std::uint32_t base = 0;
+  for (unsigned w = 0; w < warp; ++w) base += s_warp[w];
+  return x + base;
+}
+
+// The radix select of gnmr/detail/select.hpp over `m` keys, by one block of
+// 256 threads: per pass a shared histogram (warp-aggregated integer atomics),
+// a suffix count by scan, and the one digit that holds the need-th key.
+__device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std::uint64_t* keys,
+                                                                       std::uint32_t m,
+                                                                       std::uint32_t g,
+                                                                       bool complete) {
+  using gnmr::detail::RadixState;
+  __shared__ std::uint32_t s_hist[256];
+  __shared__ std::uint32_t s_warp[32];
+  __shared__ RadixState s_state;
+  const unsigned tid = threadIdx.x;
+  const unsigned lane = tid & 31u;
+  RadixState st{0u, 0u, g, 0u};
+  int pass = 0;
+  for (; pass < gnmr::detail::kRadixPasses && !st.done; ++pass) {
+    const int sh = gnmr::detail::radix_shift(pass);
+    s_hist[tid] = 0u;
+    __syncthreads();
+    for (std::uint32_t base = 0; base < m; base += blockDim.x) {  // warp-uniform trip count
+      const std::uint32_t e = base + tid;
+      const std::uint64_t k = e < m ? __ldcg(reinterpret_cast<const unsigned long long*>(keys) + e) : 0ull;
+      const bool in = gnmr::detail::in_bucket(st, k);
+      const unsigned d = in ? static_cast<unsigned>((k >> sh) & 0xffu) : 0x100u;
+      const unsigned peers = __match_any_sync(0xffffffffu, d);
+      if (in && lane == static_cast<unsigned>(__ffs(peers) - 1)) atomicAdd(&s_hist[d], __popc(peers));
+    }
+    __syncthreads();
+    // Thread t owns digit 255 - t, so the inclusive scan counts the keys of
+    // the bucket whose digit is >= its own.
+    const unsigned d = 255u - tid;
+    const std::uint32_t cnt = s_hist[d];
+    const std::uint32_t incl = block_scan_u32(cnt, s_warp);
+    const std::uint32_t above = incl - cnt;
+    if (gnmr::detail::radix_digit_holds(above, cnt, st.need)) {
+      RadixState nx = st;
+      gnmr::detail::radix_advance(nx, pass, d, above, cnt, complete);
+      s_state = nx;
+    }
+    __syncthreads();
+    st = s_state;
+    __syncthreads();
+  }
+  return gnmr::detail::SelectRule{st.mask, st.prefix, 0u, static_cast<std::uint32_t>(pass)};
+}
+
+template <class PS, bool kFinish>
+__global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, const float* __restrict__ in) {
+  __shared__ unsigned long long s_max[2][32];
+  __shared__ unsigned int s_red[32];
+  __shared__ std::uint32_t s_tot[2];
+  __shared__ int s_last;
+  const std::uint32_t i = blockIdx.x * kSelectThreads + threadIdx.x;
+  const std::int64_t t = *a.step + 1;
+  std::uint64_t key = 0u;
+  int held = 0, cand = 0;
+  if (i < a.n) {
+    const float x = in[i];
+    const float norm = kFinish ? a.p.norm.finish(x, a.numel ? a.numel[i] : 1.0) : x;
+    const UnitView v = gnmr::detail::evaluate_unit(a.p, a.state[i], norm, t);
+    held = (v.flags & kInRecovery) ? 1 : 0;
+    cand = gnmr::detail::is_candidate(v.flags) ? 1 : 0;
+    key = cand ? gnmr::detail::rank_key(v.risk, i) : 0u;
+    a.norm[i] = norm;
+    a.key[i] = key;
+  }
+  const std::uint32_t nheld = static_cast<std::uint32_t>(__syncthreads_count(held));
+  const std::uint32_t ncand = static_cast<std::uint32_t>(__syncthreads_count(cand));
+  if (a.topk) {
+    block_topk(key, a.topk, ncand < a.topk ? ncand : a.topk, a.block_top + static_cast<std::size_t>(blockIdx.x) * a.topk,
+               s_max);
+  }
+  if (threadIdx.x == 0) {
+    a.block_counts[2 * blockIdx.x] = nheld;
+    a.block_counts[2 * blockIdx.x + 1] = ncand;
+  }
+  if (!last_block_done(a.counters + 0, gridDim.x, &s_last)) return;
+
+  // The last block: totals, then the rule.
+  std::uint32_t h = 0, c = 0;
+  for (std::uint32_t b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
+    h += __ldcg(a.block_counts + 2 * b);
+    c += __ldcg(a.block_counts + 2 * b + 1);
+  }
+  h = block_tree(h, 0u, AddU32{}, s_red);
+  if (threadIdx.x == 0) s_tot[0] = h;
+  c = block_tree(c, 0u, AddU32{}, s_red);
+  if (threadIdx.x == 0) s_tot[1] = c;
+  __syncthreads();
+  h = s_tot[0];
+  c = s_tot[1];
+  const std::uint32_t g = gnmr::detail::grants_wanted(a.slots, h, c);
+  gnmr::detail::SelectRule rule;
+  if (g == 0u) {
+    rule = gnmr::detail::rule_none();
+  } else if (c <= g) {
+    rule = gnmr::detail::rule_all();
+  } else if (a.topk) {
+    rule = block_radix_select(a.block_top, gridDim.x * a.topk, g, false);
+  } else {
+    rule = block_radix_select(a.key, a.n, g, true);
+  }
+  if (threadIdx.x == 0) *a.rule = rule;
+}
+
+template <class PS>
+__global__ void __launch_bounds__(kSelectThreads) ctrl_phase3(CtrlArgs<PS> a) {
+  using Acc = gnmr::detail::SummaryAcc;
+  __shared__ Acc s_acc[kSelectThreads];
+  __shared__ int s_last;
+  const std::uint32_t i = blockIdx.x * kSelectThreads + threadIdx.x;
+  const std::int64_t t = *a.step + 1;
+  Acc acc = Acc::zero();
+  if (i < a.n) {
+    const gnmr::detail::SelectRule rule = *a.rule;
+    typename PS::UnitState s = a.state[i];
+    const UnitView v0 = gnmr::detail::evaluate_unit(a.p, s, a.norm[i], t);
+    const bool granted = gnmr::detail::rule_grants(rule, a.key[i]);
+    UnitDecision d;
+    UnitReport r;
+    std::uint32_t gskip = 0;
+    const UnitView v = gnmr::detail::commit_unit(a.p, s, v0, granted, d, &r, gskip);
+    a.state[i] = s;
+    a.dec[i] = d;
+    a.rep[i] = r;
+    acc.add(v, i, gskip);
+  }
+  // SummaryAcc's merge is exact (integer counts, a total order for the max),
+  // so any fixed tree gives the host's sequential result.
+  s_acc[threadIdx.x] = acc;
+  __syncthreads();
+  for (unsigned s = kSelectThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) s_acc[threadIdx.x].merge(s_acc[threadIdx.x + s]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) a.block_acc[blockIdx.x] = s_acc[0];
+  if (!last_block_done(a.counters + 1, gridDim.x, &s_last)) return;
+  acc = Acc::zero();
+  for (std::uint32_t b = threadIdx.x; b < gridDim.x; b += blockDim.x) acc.merge(load_cg(a.block_acc + b));
+  __syncthreads();
+  s_acc[threadIdx.x] = acc;
+  __syncthreads();
+  for (unsigned s = kSelectThreads / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) s_acc[threadIdx.x].merge(s_acc[threadIdx.x + s]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    *a.summary = s_acc[0].finish(t);
+    *a.step = t;
+  }
+}
+
+}  // namespace detail
+}  // namespace cuda
+}  // namespace gnmr

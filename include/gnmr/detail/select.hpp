@@ -1,0 +1,166 @@
+// gnmr/detail/select.hpp — phase 2 of a step on the device: which
+// candidates get the free recovery slots, without sorting and without a
+// host round trip.
+//
+// Each candidate gets a 64-bit rank key that orders exactly like
+// detail::ranks_before (risk descending, ties to the lower index): the risk
+// mapped to an order-preserving unsigned (both zeros equal) in the high
+// word, the complemented index in the low word. Keys are unique, so "the g
+// best candidates" is "the keys >= the g-th largest key". That threshold is
+// found by an MSB-first radix select (8 bits a pass; over the complete key
+// set it stops early once the bucket holds exactly what is still needed)
+// and expressed as a SelectRule
+// that every unit evaluates on its own key in phase 3. All counts are
+// integers: the result is exact and identical on every run.
+//
+// When the scheduler has at most kTopKCap slots, each block of units first
+// keeps only its own top-`slots` keys (the global winners are among them),
+// so the single block that runs the radix select scans nblocks*slots keys
+// instead of N. The host functions at the bottom replay the algorithm for
+// the CPU tests (tests/unit/test_cuda_logic_select.cpp).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "gnmr/config.hpp"
+#include "gnmr/detail/half.hpp"
+
+namespace gnmr {
+namespace detail {
+
+constexpr std::uint32_t kSelectThreads = 256;  // block size of the controller kernels
+constexpr std::uint32_t kTopKCap = 32;         // per-block pre-filter up to this many slots
+
+// Order-preserving map of a non-NaN float to uint32; +0 and -0 map alike
+// (ranks_before treats them as equal, so their tie goes to the index).
+GNMR_HOST_DEVICE std::uint32_t risk_key(float r) {
+  const std::uint32_t u = float_to_bits(r);
+  if ((u & 0x7fffffffu) == 0u) return 0x80000000u;
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// > 0 for every risk (risk_key(-inf) = 0x007fffff), so 0 can mean "not a
+// candidate". a ranks before b  <=>  rank_key(a) > rank_key(b).
+GNMR_HOST_DEVICE std::uint64_t rank_key(float risk, std::uint32_t unit) {
+  return (static_cast<std::uint64_t>(risk_key(risk)) << 32) | (0xffffffffu - unit);
+}
+
+// Granted <=> key != 0 and (key & mask) >= prefix, unless none.
+struct SelectRule {
+  std::uint64_t mask;
+  std::uint64_t prefix;
+  std::uint32_t none;  // no grant at all this step
+  std::uint32_t passes;  // radix passes run (telemetry for tests and benches)
+};
+
+GNMR_HOST_DEVICE SelectRule rule_all() { return SelectRule{0u, 0u, 0u, 0u}; }
+GNMR_HOST_DEVICE SelectRule rule_none() { return SelectRule{0u, 0u, 1u, 0u}; }
+
+GNMR_HOST_DEVICE bool rule_grants(const SelectRule& r, std::uint64_t key) {
+  return key != 0u && r.none == 0u && (key & r.mask) >= r.prefix;
+}
+
+// How many candidates are granted: min(free slots, candidates).
+GNMR_HOST_DEVICE std::uint32_t grants_wanted(std::uint32_t slots, std::uint32_t held,
+                                             std::uint32_t candidates) {
+  const std::uint32_t free_slots = held >= slots ? 0u : slots - held;
+  return candidates < free_slots ? candidates : free_slots;
+}
+
+// The per-block pre-filter size, 0 when off.
+GNMR_HOST_DEVICE std::uint32_t topk_per_block(std::uint32_t slots) {
+  return slots <= kTopKCap ? slots : 0u;
+}
+
+constexpr int kRadixPasses = 8;
+GNMR_HOST_DEVICE int radix_shift(int pass) { return 56 - 8 * pass; }
+
+// State of the select between passes. need = how many keys of the current
+// bucket (keys whose bits under mask equal prefix) are still to be granted.
+struct RadixState {
+  std::uint64_t mask;
+  std::uint64_t prefix;
+  std::uint32_t need;
+  std::uint32_t done;
+};
+
+GNMR_HOST_DEVICE bool in_bucket(const RadixState& s, std::uint64_t key) {
+  return key != 0u && (key & s.mask) == s.prefix;
+}
+
+// After one pass's histogram: digit d holds the need-th largest key of the
+// bucket when above(d) < need <= above(d) + hist[d], above(d) being the
+// count of bucket keys with a larger digit. Exactly one digit does.
+GNMR_HOST_DEVICE bool radix_digit_holds(std::uint32_t above, std::uint32_t count,
+                                        std::uint32_t need) {
+  return above < need && need <= above + count;
+}
+
+// complete: the keys scanned are all the candidates. Then, once every key
+// of the new bucket is wanted, the rule can stop at this prefix. After the
+// per-block pre-filter the scanned keys are a subset, the same prefix would
+// also match candidates that were filtered out, so the select runs to the
+// full 64-bit threshold (the g-th largest key overall, which the subset holds).
+GNMR_HOST_DEVICE void radix_advance(RadixState& s, int pass, std::uint32_t digit,
+                                    std::uint32_t above, std::uint32_t count, bool complete) {
+  const int sh = radix_shift(pass);
+  s.need -= above;
+  s.prefix |= static_cast<std::uint64_t>(digit) << sh;
+  s.mask |= static_cast<std::uint64_t>(0xffu) << sh;
+  if (complete && count == s.need) s.done = 1u;
+}
+
+// ---- Host replay (tests) ----------------------------------------------------
+// The radix select over a key array (0 = not a candidate) holding at least
+// g >= 1 candidates; complete = the array holds every candidate (see
+// radix_advance). No "all of them" shortcut here: after the pre-filter the
+// array may hold exactly g keys while other blocks' candidates are outside it.
+inline SelectRule radix_select_rule(const std::vector<std::uint64_t>& keys, std::uint32_t g,
+                                    bool complete) {
+  RadixState s{0u, 0u, g, 0u};
+  int pass = 0;
+  for (; pass < kRadixPasses && !s.done; ++pass) {
+    std::uint32_t hist[256] = {};
+    const int sh = radix_shift(pass);
+    for (std::uint64_t k : keys)
+      if (in_bucket(s, k)) ++hist[(k >> sh) & 0xffu];
+    std::uint32_t above = 0;
+    for (int d = 255; d >= 0; --d) {
+      if (radix_digit_holds(above, hist[d], s.need)) {
+        radix_advance(s, pass, static_cast<std::uint32_t>(d), above, hist[d], complete);
+        break;
+      }
+      above += hist[d];
+    }
+  }
+  return SelectRule{s.mask, s.prefix, 0u, static_cast<std::uint32_t>(pass)};
+}
+
+// The whole device phase 2 from per-unit keys: block counts, the optional
+// per-block top-k pre-filter, then the select. held = units in recovery.
+inline SelectRule emulate_device_select(const std::vector<std::uint64_t>& keys, std::uint32_t held,
+                                        std::uint32_t slots,
+                                        std::uint32_t block = kSelectThreads) {
+  std::uint32_t cand = 0;
+  for (std::uint64_t k : keys) cand += k != 0u;
+  const std::uint32_t g = grants_wanted(slots, held, cand);
+  if (g == 0u) return rule_none();
+  if (cand <= g) return rule_all();
+  const std::uint32_t k = topk_per_block(slots);
+  if (k == 0u) return radix_select_rule(keys, g, true);
+  std::vector<std::uint64_t> pre;
+  for (std::size_t b = 0; b < keys.size(); b += block) {
+    std::vector<std::uint64_t> blk(keys.begin() + static_cast<std::ptrdiff_t>(b),
+                                   keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys.size(), b + block)));
+    std::sort(blk.begin(), blk.end(), std::greater<std::uint64_t>());
+    for (std::uint32_t j = 0; j < k; ++j) pre.push_back(j < blk.size() ? blk[j] : 0u);
+  }
+  return radix_select_rule(pre, g, false);
+}
+
+}  // namespace detail
+}  // namespace gnmr

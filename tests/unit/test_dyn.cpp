@@ -1,0 +1,358 @@
+// DynController and presets::make(): every name builds, every override
+// reaches the policy it names (checked against a typed controller built by
+// hand with that value), wrong names and misplaced overrides are rejected
+// with a message that lists the valid ones, and state round-trips through
+// the virtual save()/load().
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gnmr/dyn.hpp"
+#include "gnmr/presets.hpp"
+#include "gnmr/state.hpp"
+
+namespace {
+
+namespace presets = gnmr::presets;
+using presets::Options;
+
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Rows of per-unit norms: noisy levels, spikes, and a few non-finite entries.
+std::vector<std::vector<float>> rows(std::uint64_t seed, std::size_t units, int steps) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::uniform_real_distribution<double> ud(0.0, 1.0);
+  std::vector<std::vector<float>> out;
+  for (int t = 0; t < steps; ++t) {
+    std::vector<float> r(units);
+    for (std::size_t u = 0; u < units; ++u) {
+      double x = (0.5 + 0.3 * u) * std::exp(0.2 * nd(rng));
+      const double p = ud(rng);
+      if (p < 0.03) x *= 3.0 + 30.0 * ud(rng);
+      r[u] = p > 0.995 ? kNaN : static_cast<float>(x);
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::size_t units_for(const std::string& name) { return presets::is_global(name) ? 1 : 5; }
+
+// Runs both on the same rows; decisions and reports must match bit for bit.
+template <class C>
+void same_run(gnmr::DynController& d, C& c, std::uint64_t seed, int steps = 400) {
+  REQUIRE(d.num_units() == c.num_units());
+  for (const auto& r : rows(seed, c.num_units(), steps)) {
+    const auto& a = d.step_norms(r);
+    const auto& b = c.step_norms(r);
+    REQUIRE(a.step == b.step);
+    REQUIRE(a.triggered == b.triggered);
+    REQUIRE(a.skip_step == b.skip_step);
+    for (std::size_t u = 0; u < c.num_units(); ++u) {
+      INFO("step " << b.step << " unit " << u);
+      REQUIRE(d.decisions()[u].scale == c.decisions()[u].scale);
+      REQUIRE(d.decisions()[u].flags == c.decisions()[u].flags);
+      REQUIRE(std::memcmp(&d.reports()[u], &c.reports()[u], sizeof(gnmr::UnitReport)) == 0);
+    }
+  }
+}
+
+int triggered_total(gnmr::DynController& d, std::uint64_t seed, int steps = 400) {
+  int n = 0;
+  for (const auto& r : rows(seed, d.num_units(), steps)) n += d.step_norms(r).triggered;
+  return static_cast<int>(n);
+}
+
+TEST_CASE("make() builds every preset with the published defaults", "[dyn]") {
+  const auto names = presets::names();
+  REQUIRE(names == std::vector<std::string>{"none", "clip", "zclip", "adagc", "spam", "skip-step",
+                                            "stabilizer", "gnmr", "gnmr-ladder"});
+  CHECK(presets::is_global("clip"));
+  CHECK(presets::is_global("zclip"));
+  CHECK(presets::is_global("skip-step"));
+  for (const char* n : {"none", "adagc", "spam", "stabilizer", "gnmr", "gnmr-ladder"})
+    CHECK_FALSE(presets::is_global(n));
+
+  for (const auto& name : names) {
+    INFO(name);
+    auto d = presets::make(name, units_for(name));
+    CHECK(d->name() == name);
+    CHECK(d->num_units() == units_for(name));
+    CHECK(d->steps_done() == 0);
+    const std::uint32_t slots = d->max_in_recovery();
+    CHECK(slots == (name.rfind("gnmr", 0) == 0 ? 4u : 0xffffffffu));
+    // The safety action holds for every preset: a non-finite unit is skipped.
+    for (const auto& r : rows(7, d->num_units(), 300)) {
+      d->step_norms(r);
+      for (std::size_t u = 0; u < r.size(); ++u) {
+        const auto& dec = d->decisions()[u];
+        if (std::isnan(r[u])) {
+          REQUIRE((dec.flags & gnmr::kSkip) != 0u);
+          REQUIRE((dec.flags & gnmr::kNonFinite) != 0u);
+        } else {
+          REQUIRE(std::isfinite(dec.scale));
+          REQUIRE(dec.scale >= 0.0f);
+        }
+      }
+    }
+    CHECK(d->steps_done() == 300);
+    d->reset();
+    CHECK(d->steps_done() == 0);
+  }
+}
+
+TEST_CASE("make() with no overrides equals the typed factories", "[dyn]") {
+  auto check = [](const std::string& name, auto typed) {
+    INFO(name);
+    auto d = presets::make(name, typed.num_units());
+    same_run(*d, typed, 11);
+  };
+  check("none", presets::pass_through(5));
+  check("clip", presets::global_clip(1));
+  check("zclip", presets::zclip(1));
+  check("adagc", presets::adagc(5));
+  check("spam", presets::spam(5));
+  check("skip-step", presets::skip_step(1));
+  check("stabilizer", presets::stabilizer(5));
+  check("gnmr", presets::gnmr_default(5));
+  check("gnmr-ladder", presets::gnmr_ladder(5));
+}
+
+TEST_CASE("every override reaches its policy", "[dyn]") {
+  SECTION("gnmr: all knobs, mean = ema") {
+    Options o;
+    o.tau = 2.0f, o.delta = 1.0f, o.warmup = 5, o.delta_window = 2, o.beta = 0.9f;
+    o.max_o = 2, o.lock = 3, o.cooldown = 1, o.kappa = 0.5f;
+    auto d = presets::make("gnmr", 6, o);
+    gnmr::GnmrTrigger t;
+    t.tau = 2.0f, t.delta = 1.0f, t.warmup = 5, t.window = 2;
+    gnmr::GnmrController<> c(6, {}, gnmr::EmaMean{0.9f}, t, gnmr::ClipToMean{0.5f},
+                             gnmr::MaxO{2, 3, 1});
+    CHECK(d->max_in_recovery() == 2u);
+    same_run(*d, c, 21);
+  }
+  SECTION("gnmr-ladder: kappa goes to the ladder; mean = cumulative") {
+    Options o;
+    o.kappa = 0.8f, o.mean = std::string("cumulative"), o.tau = 2.5f;
+    auto d = presets::make("gnmr-ladder", 6, o);
+    gnmr::GnmrTrigger t;
+    t.tau = 2.5f;
+    gnmr::Ladder l;
+    l.kappa = 0.8f;
+    gnmr::GnmrController<gnmr::L2Norm, gnmr::CumulativeMean, gnmr::GnmrTrigger, gnmr::Ladder> c(
+        6, {}, {}, t, l, {});
+    same_run(*d, c, 22);
+  }
+  SECTION("gnmr: mean = window with a window override") {
+    Options o;
+    o.mean = std::string("window"), o.window = 8;
+    auto d = presets::make("gnmr", 6, o);
+    gnmr::WindowMean<64> m;
+    m.window = 8;
+    gnmr::GnmrController<gnmr::L2Norm, gnmr::WindowMean<64>> c(6, {}, m);
+    same_run(*d, c, 23);
+  }
+  SECTION("clip: max_norm") {
+    Options o;
+    o.max_norm = 0.7f;
+    auto d = presets::make("clip", 1, o);
+    auto c = presets::global_clip(1, presets::TorchClipParams{0.7f, 1e-6f});
+    same_run(*d, c, 24);
+  }
+  SECTION("zclip: z, warmup, beta (alpha), max_norm, clip_factor") {
+    Options o;
+    o.z = 2.0f, o.warmup = 10, o.beta = 0.9f, o.max_norm = 3.0f, o.clip_factor = 0.8f;
+    auto d = presets::make("zclip", 1, o);
+    presets::ZClipParams p;
+    p.z_thresh = 2.0f, p.warmup_steps = 10, p.alpha = 0.9f, p.max_grad_norm = 3.0f;
+    p.clip_factor = 0.8f;
+    auto c = presets::zclip(1, p);
+    same_run(*d, c, 25);
+  }
+  SECTION("adagc: tau (clip_ratio), beta, warmup") {
+    Options o;
+    o.tau = 1.1f, o.beta = 0.9f, o.warmup = 7;
+    auto d = presets::make("adagc", 5, o);
+    auto c = presets::adagc(5, presets::AdaGCParams{1.1f, 0.9f, 1e-6f, 7});
+    same_run(*d, c, 26);
+  }
+  SECTION("spam: tau (sqrt(theta)), beta (beta2), warmup") {
+    Options o;
+    o.tau = 4.0f, o.beta = 0.99f, o.warmup = 3;
+    auto d = presets::make("spam", 5, o);
+    presets::SpamParams p;
+    p.threshold = 16.0f, p.beta2 = 0.99f, p.grad_accu_steps = 4;  // sqrt(16) = 4, 4 - 1 = 3
+    auto c = presets::spam(5, p);
+    same_run(*d, c, 27);
+  }
+  SECTION("skip-step: z, window (warm-up follows it), warmup") {
+    Options o;
+    o.z = 3.0f, o.window = 60;
+    auto d = presets::make("skip-step", 1, o);
+    presets::SkipStepParams p;
+    p.sigma_factor = 3.0f, p.rolling_interval_length = 60;
+    auto c = presets::skip_step(1, p);
+    CHECK(c.policies().trigger.warmup == 29u);  // max(20, 60/2) - 1
+    same_run(*d, c, 28);
+    o.warmup = 5;
+    auto d2 = presets::make("skip-step", 1, o);
+    p.warmup = 5;
+    auto c2 = presets::skip_step(1, p);
+    same_run(*d2, c2, 29);
+  }
+  SECTION("an override changes decisions in the expected direction") {
+    Options lo;
+    lo.tau = 1.5f;
+    auto a = presets::make("gnmr", 6);
+    auto b = presets::make("gnmr", 6, lo);
+    const int ta = triggered_total(*a, 30), tb = triggered_total(*b, 30);
+    CHECK(tb > ta);
+    CHECK(ta > 0);
+  }
+}
+
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+TEST_CASE("bad names and misplaced overrides are rejected with the valid choices", "[dyn]") {
+  using Catch::Matchers::Contains;
+  const std::string unknown = error_of([] { presets::make("zclp", 1); });
+  CHECK_THAT(unknown, Contains("unknown preset 'zclp'"));
+  for (const auto& n : presets::names()) CHECK_THAT(unknown, Contains(n));
+  CHECK_THROWS_AS(presets::is_global("GNMR"), std::invalid_argument);
+
+  Options tau;
+  tau.tau = 2.0f;
+  const std::string misplaced = error_of([&] { presets::make("clip", 1, tau); });
+  CHECK_THAT(misplaced, Contains("'tau' does not apply to preset 'clip'"));
+  CHECK_THAT(misplaced, Contains("max_norm"));
+  CHECK_THROWS_AS(presets::make("none", 3, tau), std::invalid_argument);
+  CHECK_THROWS_AS(presets::make("stabilizer", 3, tau), std::invalid_argument);
+
+  Options o;
+  o.mean = std::string("median");
+  CHECK_THAT(error_of([&] { presets::make("gnmr", 3, o); }), Contains("ema, cumulative, window"));
+  Options w;
+  w.window = 8;  // needs mean=window
+  CHECK_THAT(error_of([&] { presets::make("gnmr", 3, w); }), Contains("mean=window"));
+  Options b;
+  b.beta = 0.9f, b.mean = std::string("cumulative");
+  CHECK_THAT(error_of([&] { presets::make("gnmr-ladder", 3, b); }), Contains("mean=ema"));
+  Options neg;
+  neg.warmup = -1;
+  CHECK_THAT(error_of([&] { presets::make("adagc", 3, neg); }), Contains("'warmup'"));
+  Options big;
+  big.window = 129;
+  CHECK_THROWS_AS(presets::make("skip-step", 1, big), std::invalid_argument);
+  Options big64;
+  big64.window = 65, big64.mean = std::string("window");
+  CHECK_THROWS_AS(presets::make("gnmr", 2, big64), std::invalid_argument);  // WindowMean<64>
+  // Values the policies themselves reject surface as invalid_argument too.
+  Options zero;
+  zero.max_o = 0;
+  CHECK_THAT(error_of([&] { presets::make("gnmr", 3, zero); }), Contains("max_o"));
+  Options badbeta;
+  badbeta.beta = 1.0f;
+  CHECK_THROWS_AS(presets::make("spam", 3, badbeta), std::invalid_argument);
+  Options dw;
+  dw.delta_window = 9;  // GnmrTrigger's ring holds 8
+  CHECK_THROWS_AS(presets::make("gnmr", 3, dw), std::invalid_argument);
+  CHECK_THROWS_AS(presets::make("gnmr", 0), std::invalid_argument);
+}
+
+TEST_CASE("DynController state round-trips through save()/load()", "[dyn]") {
+  for (const auto& name : presets::names()) {
+    INFO(name);
+    const std::size_t n = units_for(name);
+    auto a = presets::make(name, n);
+    const auto tr = rows(41, n, 500);
+    for (int t = 0; t < 250; ++t) a->step_norms(tr[t]);
+    const std::vector<std::uint8_t> blob = a->save();
+    auto b = presets::make(name, n);
+    b->load(blob);
+    CHECK(b->steps_done() == 250);
+    for (int t = 250; t < 500; ++t) {
+      const auto& sa = a->step_norms(tr[t]);
+      const auto& sb = b->step_norms(tr[t]);
+      REQUIRE(sa.step == sb.step);
+      for (std::size_t u = 0; u < n; ++u) {
+        REQUIRE(a->decisions()[u].scale == b->decisions()[u].scale);
+        REQUIRE(a->decisions()[u].flags == b->decisions()[u].flags);
+        REQUIRE(std::memcmp(&a->reports()[u], &b->reports()[u], sizeof(gnmr::UnitReport)) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("loading another preset's blob fails and changes nothing", "[dyn]") {
+  auto g = presets::make("gnmr", 5);
+  auto h = presets::make("gnmr", 5);
+  const auto tr = rows(51, 5, 200);
+  for (int t = 0; t < 100; ++t) g->step_norms(tr[t]), h->step_norms(tr[t]);
+  auto z = presets::make("adagc", 5);
+  z->step_norms(tr[0]);
+  CHECK_THROWS_AS(g->load(z->save()), gnmr::StateError);        // other policies
+  CHECK_THROWS_AS(g->load(presets::make("gnmr", 4)->save()), gnmr::StateError);  // other N
+  Options win;
+  win.mean = std::string("window");
+  CHECK_THROWS_AS(g->load(presets::make("gnmr", 5, win)->save()), gnmr::StateError);
+  auto blob = h->save();
+  blob[blob.size() / 2] ^= 0x40u;  // corrupted
+  CHECK_THROWS_AS(g->load(blob), gnmr::StateError);
+  CHECK(g->steps_done() == 100);
+  for (int t = 100; t < 200; ++t) {
+    g->step_norms(tr[t]);
+    h->step_norms(tr[t]);
+    for (std::size_t u = 0; u < 5; ++u) REQUIRE(g->decisions()[u].scale == h->decisions()[u].scale);
+  }
+}
+
+TEST_CASE("DynAdapter wraps any controller; partials and unit sizes go through", "[dyn]") {
+  using Rms = gnmr::GnmrController<gnmr::RmsNorm>;
+  auto d = gnmr::make_dyn(Rms(2));
+  CHECK(d->name() == "rms/ema/gnmr/clip_to_mean/maxo");
+  const std::vector<float> partials = {16.0f, 9.0f};
+  CHECK_THROWS_AS(d->step(partials), std::logic_error);  // RMS needs the sizes
+  CHECK_THROWS_AS(d->set_unit_numel(std::vector<std::uint64_t>{4, 0}), std::invalid_argument);
+  CHECK_THROWS_AS(d->set_unit_numel(std::vector<std::uint64_t>{4}), std::invalid_argument);
+  d->set_unit_numel(std::vector<std::uint64_t>{4, 1});
+  d->step(partials);
+  CHECK(d->reports()[0].norm == 2.0f);  // sqrt(16 / 4)
+  CHECK(d->reports()[1].norm == 3.0f);  // sqrt(9 / 1)
+
+  // The typed controller stays reachable through the adapter.
+  gnmr::DynAdapter<presets::ZClip> ad(presets::zclip(1), "mine");
+  CHECK(ad.name() == "mine");
+  CHECK(ad.controller().policies().trigger.z == 2.5f);
+
+  // step() from L2 partials equals step_norms() from their square roots.
+  auto p = presets::make("gnmr", 3);
+  auto q = presets::make("gnmr", 3);
+  for (int t = 0; t < 50; ++t) {
+    const float k = 1.0f + static_cast<float>(t % 4);  // exact squares
+    const std::vector<float> norms = {k, 2.0f * k, t == 30 ? 40.0f : 0.5f * k};
+    const std::vector<float> sq = {k * k, 4.0f * k * k, norms[2] * norms[2]};
+    p->step(sq);
+    q->step_norms(norms);
+    for (std::size_t u = 0; u < 3; ++u) REQUIRE(p->decisions()[u].scale == q->decisions()[u].scale);
+  }
+  CHECK(p->summary().step == 50);
+}
+
+}  // namespace

@@ -72,7 +72,10 @@ struct GnmrTriggerT {
   GNMR_HOST_DEVICE void update(State& s, const UnitView& v) const {
     if (v.count == 0) return;  // r undefined this step
     const std::uint32_t w = static_cast<std::uint32_t>(window);
-    s.ring[s.head % w] = v.ratio;
+    // A finite norm can still give r = +inf (n near FLT_MAX over a small
+    // mean); keep the history finite (the soak test checks it) — FLT_MAX
+    // gives the same verdicts, d is hugely negative either way.
+    s.ring[s.head % w] = fm::min(v.ratio, 3.40282347e+38f);
     s.head = (s.head + 1) % w;
     s.n = s.n < w ? s.n + 1 : w;
   }

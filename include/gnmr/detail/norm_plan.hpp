@@ -30,7 +30,7 @@
 
 // Loops over register arrays must unroll on the device (a run-time index
 // would put the array in local memory); host compilers do not know the pragma.
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
 #define GNMR_UNROLL _Pragma("unroll")
 #else
 #define GNMR_UNROLL
@@ -276,12 +276,19 @@ T emulate_block_tree(std::vector<T> v, T identity, Merge merge) {
   return s[0];
 }
 
+// Host-side loaders of the emulation (GNMR_HOST_DEVICE only so that nvcc
+// accepts them inside the shared templates; the device has its own).
 struct HostLoadVec {
-  Vec16 operator()(const Vec16* q) const {
+  GNMR_HOST_DEVICE Vec16 operator()(const Vec16* q) const {
     Vec16 v;
     std::memcpy(&v, static_cast<const void*>(q), sizeof v);
     return v;
   }
+};
+
+struct HostLoadPartial {
+  const float* p;
+  GNMR_HOST_DEVICE float operator()(std::uint32_t c) const { return p[c]; }
 };
 
 template <class Norm>
@@ -316,8 +323,7 @@ std::vector<float> emulate_unit_partials(const NormLayout& L) {
   for (std::size_t u = 0; u < out.size(); ++u) {
     std::vector<typename F::T> t(kNormThreads);
     for (std::uint32_t tid = 0; tid < kNormThreads; ++tid)
-      t[tid] = unit_thread_fold<Norm>([&cp](std::uint32_t c) { return cp[c]; }, L.unit_begin[u],
-                                      L.unit_begin[u + 1], tid);
+      t[tid] = unit_thread_fold<Norm>(HostLoadPartial{cp.data()}, L.unit_begin[u], L.unit_begin[u + 1], tid);
     out[u] = F::finish(emulate_block_tree(std::move(t), F::identity(),
                                           [](typename F::T a, typename F::T b) { return F::merge(a, b); }));
   }

@@ -170,7 +170,9 @@ inline StateInfo read_state_info(const void* data, std::size_t size) {
     state_fail("payload size mismatch (" + std::to_string(s.payload_bytes) + " bytes for " +
                std::to_string(s.num_units) + " units of " + std::to_string(s.state_size) +
                " bytes)");
-  if (s.steps_done < 0) state_fail("invalid step count " + std::to_string(s.steps_done));
+  // 2^62: far beyond any run, and step + lock arithmetic cannot overflow.
+  if (s.steps_done < 0 || s.steps_done > (std::int64_t{1} << 62))
+    state_fail("invalid step count " + std::to_string(s.steps_done));
   return s;
 }
 

@@ -20,20 +20,24 @@ namespace detail {
 struct LockState {
   std::int64_t granted_at;  // 0 = never granted
 };
-// Shared by every scheduler: the lock window arithmetic.
+// Shared by every scheduler: the lock window arithmetic. Written as
+// differences t - granted_at (both positive, so no overflow) rather than
+// sums, so that any stored granted_at (a crafted state blob included) is
+// defined behaviour; for real states (0 < granted_at <= t) it is the same.
 template <class B>
 struct LockRules {
   GNMR_HOST_DEVICE static bool in_recovery(const B& b, const LockState& s, std::int64_t t) {
-    return s.granted_at > 0 && t < s.granted_at + b.lock;
+    return s.granted_at > 0 && s.granted_at <= t && t - s.granted_at < b.lock;
   }
   GNMR_HOST_DEVICE static std::int32_t lock_left(const B& b, const LockState& s, std::int64_t t) {
-    return in_recovery(b, s, t) ? static_cast<std::int32_t>(s.granted_at + b.lock - t) : 0;
+    return in_recovery(b, s, t) ? static_cast<std::int32_t>(b.lock - (t - s.granted_at)) : 0;
   }
   GNMR_HOST_DEVICE static bool released(const B& b, const LockState& s, std::int64_t t) {
-    return s.granted_at > 0 && t == s.granted_at + b.lock;
+    return s.granted_at > 0 && s.granted_at <= t && t - s.granted_at == b.lock;
   }
   GNMR_HOST_DEVICE static bool eligible(const B& b, const LockState& s, std::int64_t t) {
-    return s.granted_at == 0 || t >= s.granted_at + b.lock + b.cooldown;
+    return s.granted_at <= 0 ||
+           (s.granted_at <= t && t - s.granted_at >= static_cast<std::int64_t>(b.lock) + b.cooldown);
   }
 };
 }  // namespace detail

@@ -168,6 +168,8 @@ class TraceReader {
         if (name.find('"') != std::string::npos)
           fail("unit name in header column " + std::to_string(col + 1) +
                " contains '\"' (quoted CSV is not supported)");
+        if (name.find('\r') != std::string::npos)
+          fail("unit name in header column " + std::to_string(col + 1) + " contains a CR");
         const auto it = seen.find(name);
         if (it != seen.end())
           fail("duplicate unit name '" + name + "' in header columns " +

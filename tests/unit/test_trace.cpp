@@ -106,6 +106,10 @@ TEST_CASE("read_trace reports malformed traces with their line number", "[trace]
     CHECK(parse_error("step\n1\n").line == 1);
     CHECK(parse_error("step,a,,b\n1,2,3,4\n").line == 1);
   }
+  SECTION("quote or CR in a unit name") {
+    CHECK(parse_error("step,\"a\"\n1,1\n").line == 1);
+    CHECK(parse_error("# x\nstep,a\rb\n1,1\n").line == 2);
+  }
   SECTION("duplicate unit name") {
     const auto e = parse_error("step,a,b,a\n1,1,1,1\n");
     CHECK(e.line == 1);

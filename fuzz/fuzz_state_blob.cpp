@@ -1,0 +1,95 @@
+// fuzz/fuzz_state_blob.cpp — libFuzzer target for gnmr::load_state (state.hpp).
+//
+// The first input byte picks the mode, the rest is the payload:
+//   bit 0 = 0  the payload is the blob, as is (magic, sizes, checksum ...);
+//   bit 0 = 1  the payload is XORed into a valid blob at an offset given by
+//              its first two bytes and the checksum is recomputed, so the
+//              checks behind the checksum (units, fingerprint, sizes, step
+//              count) and the loaded state itself are exercised too;
+//   bit 1      load into a gnmr-ladder controller instead of the default.
+// Properties: load_state either succeeds or throws gnmr::StateError, and on
+// an error the controller is unchanged (its saved blob is identical). After
+// a successful load the controller must run steps (clean or faulty norms)
+// without crashing or tripping ASan/UBSan — whatever floats the blob held.
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "gnmr/controller.hpp"
+#include "gnmr/detail/fnv.hpp"
+#include "gnmr/policy/ladder.hpp"
+#include "gnmr/state.hpp"
+
+namespace {
+
+constexpr std::size_t kUnits = 4;
+
+void check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "fuzz_state_blob: invariant violated: %s\n", what);
+    std::abort();
+  }
+}
+
+template <class C>
+void warm(C& c) {
+  const float n[kUnits] = {1.0f, 2.0f, 0.5f, 4.0f};
+  for (int t = 1; t <= 24; ++t) {
+    float x[kUnits];
+    for (std::size_t i = 0; i < kUnits; ++i) x[i] = t == 18 && i == 1 ? 40.0f : n[i];
+    c.step_norms(x, kUnits);
+  }
+}
+
+template <class C>
+void run(const std::uint8_t* data, std::size_t size, bool patch) {
+  C c(kUnits);
+  warm(c);
+  const std::vector<std::uint8_t> before = gnmr::save_state(c);
+  std::vector<std::uint8_t> blob;
+  if (!patch) {
+    blob.assign(data, data + size);
+  } else {
+    blob = before;
+    if (size >= 2) {
+      const std::size_t body = blob.size() - gnmr::kStateChecksumBytes;
+      const std::size_t off = (static_cast<std::size_t>(data[0]) | (static_cast<std::size_t>(data[1]) << 8)) % body;
+      for (std::size_t i = 2; i < size && off + i - 2 < body; ++i) blob[off + i - 2] ^= data[i];
+      const std::uint64_t h = gnmr::detail::fnv1a64(blob.data(), body);
+      for (int b = 0; b < 8; ++b) blob[body + b] = static_cast<std::uint8_t>(h >> (8 * b));
+    }
+  }
+  try {
+    gnmr::load_state(c, blob.data(), blob.size());
+  } catch (const gnmr::StateError&) {
+    check(gnmr::save_state(c) == before, "a failed load changed the controller");
+    return;
+  }
+  check(gnmr::save_state(c) == blob, "a loaded blob does not save back identically");
+  const float inf = gnmr::inf_f(), nan = gnmr::nan_f();
+  const float rows[4][kUnits] = {{1.0f, 2.0f, 0.5f, 4.0f},
+                                 {1e30f, 0.0f, nan, 3.4e38f},
+                                 {inf, -inf, 1e-30f, 2.0f},
+                                 {1.0f, 2.0f, 0.5f, 4.0f}};
+  for (int t = 0; t < 12; ++t) {
+    const gnmr::StepSummary& s = c.step_norms(rows[t % 4], kUnits);
+    check(s.in_recovery <= static_cast<std::uint32_t>(c.policies().budget.max_o), "in_recovery > maxO");
+    for (const gnmr::UnitDecision& d : c.decisions())
+      check(!(d.flags & gnmr::kSkip) || d.scale == 0.0f, "skip with a non-zero scale");
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::uint8_t mode = data[0];
+  if (mode & 2)
+    run<gnmr::GnmrController<gnmr::L2Norm, gnmr::EmaMean, gnmr::GnmrTrigger, gnmr::Ladder, gnmr::MaxO>>(
+        data + 1, size - 1, mode & 1);
+  else
+    run<gnmr::GnmrController<>>(data + 1, size - 1, mode & 1);
+  return 0;
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Build gnmr and run its whole CTest suite (unit + packaging tests, and the
+# CUDA tests when nvcc is found).
+#
+#   bash scripts/test.sh
+#
+# Environment: BUILD_DIR (default: build), GNMR_CMAKE_ARGS (extra configure
+# arguments, e.g. "-DGNMR_SANITIZE=ON"), GNMR_EXTRA_DEPS (extra Debian
+# packages for install-deps.sh).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+build="${BUILD_DIR:-build}"
+
+# shellcheck disable=SC2086  # word splitting of the lists is intended
+bash scripts/install-deps.sh ${GNMR_EXTRA_DEPS:-}
+
+# The generator can only be chosen on the first configure of a build dir.
+gen=()
+[ -f "$build/CMakeCache.txt" ] || gen=(-G Ninja)
+
+# shellcheck disable=SC2086
+cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release ${GNMR_CMAKE_ARGS:-}
+cmake --build "$build" -j"$(nproc)"
+ctest --test-dir "$build" --output-on-failure -j2

@@ -1,17 +1,19 @@
-// Downstream consumer used by the packaging test: it only has to compile
-// against an installed (or add_subdirectory'd) gnmr and exit 0.
-#include <gnmr/config.hpp>
-// TODO(core): use GnmrController<> once include/gnmr/gnmr.hpp exists
-//   #include <gnmr/gnmr.hpp>
-//   gnmr::GnmrController<> c(4);
+// Downstream consumer used by the packaging test: it compiles against an
+// installed (or add_subdirectory'd) gnmr, runs the default controller over a
+// short trace with one spike, and exits 0 only if the spike was clipped.
+#include <gnmr/gnmr.hpp>
 
 #include <cstdio>
-#include <limits>
+#include <vector>
 
 int main() {
-  const float inf = std::numeric_limits<float>::infinity();
-  const bool ok = gnmr::is_finite(1.0f) && !gnmr::is_finite(inf) &&
-                  gnmr::is_nan(gnmr::nan_f());
+  gnmr::GnmrController<> c(4);
+  std::vector<float> n(4, 1.0f);
+  for (int t = 1; t <= 20; ++t) c.step_norms(n);
+  n[2] = 10.0f;
+  const gnmr::StepSummary& s = c.step_norms(n);
+  const bool ok = s.granted == 1 && (c.decisions()[2].flags & gnmr::kGranted) &&
+                  c.decisions()[2].scale < 0.2f && c.decisions()[0].scale == 1.0f;
   std::printf("gnmr %d.%d.%d consumer: %s\n", GNMR_VERSION_MAJOR, GNMR_VERSION_MINOR,
               GNMR_VERSION_PATCH, ok ? "ok" : "FAILED");
   return ok ? 0 : 1;

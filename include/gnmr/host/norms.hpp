@@ -151,13 +151,15 @@ inline double sumsq_f16(const std::uint16_t* p, std::uint64_t n) {
 // like integers and every NaN sorts above Inf, so an integer max (which
 // vectorises) yields max |x|, or a NaN if there is one. The masked values
 // are non-negative as *signed* integers, and signed max/compare is what
-// baseline SSE2 has (pmaxsw, pcmpgtd).
+// baseline SSE2 has (pmaxsw; pcmpgtd + select for 32 bits). 128 bytes of
+// lanes = 8 independent vector chains, enough to hide the select latency.
 template <class S, class U>
 inline S maxabs_bits(const U* p, std::uint64_t n, S mag_mask) {
-  S a[kLanes] = {};
+  constexpr std::size_t kMaxLanes = 128 / sizeof(S);
+  S a[kMaxLanes] = {};
   std::uint64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (std::size_t j = 0; j < kLanes; ++j) {
+  for (; i + kMaxLanes <= n; i += kMaxLanes)
+    for (std::size_t j = 0; j < kMaxLanes; ++j) {
       const S v = static_cast<S>(p[i + j] & static_cast<U>(mag_mask));
       a[j] = v > a[j] ? v : a[j];
     }
@@ -166,7 +168,7 @@ inline S maxabs_bits(const U* p, std::uint64_t n, S mag_mask) {
     a[j] = v > a[j] ? v : a[j];
   }
   S m = 0;
-  for (std::size_t j = 0; j < kLanes; ++j) m = a[j] > m ? a[j] : m;
+  for (std::size_t j = 0; j < kMaxLanes; ++j) m = a[j] > m ? a[j] : m;
   return m;
 }
 

@@ -23,7 +23,7 @@ struct Mismatch {
 
 template <class HostCtl, class DevCtl>
 void compare(const char* name, HostCtl& host, DevCtl& dev, std::size_t n, int steps, std::uint64_t seed,
-             bool from_partials) {
+             bool from_partials, bool expect_denials = true) {
   std::printf("  %s: %zu units, %d steps\n", name, n, steps);
   std::vector<float> in(n);
   Dev<float> d_in(n);
@@ -74,8 +74,9 @@ void compare(const char* name, HostCtl& host, DevCtl& dev, std::size_t n, int st
   EXPECT(mm.total() == 0, "%s: mismatches flags %zu scale %zu lock %zu ratio(>1ulp) %zu norm %zu risk %zu summary %zu",
          name, mm.flags, mm.scale, mm.lock, mm.ratio_ulp, mm.norm, mm.risk, mm.summary);
   EXPECT(dev.steps_done() == steps, "%s: device step counter", name);
-  EXPECT(denied_steps >= 3 && grants > 0, "%s: trace did not contend (denied steps %zu, grants %zu)", name,
-         denied_steps, grants);
+  // The trace must exercise what is compared, or the test proves little.
+  EXPECT((!expect_denials || denied_steps >= 3) && grants > 0,
+         "%s: trace did not contend (denied steps %zu, grants %zu)", name, denied_steps, grants);
   std::printf("    ratios bit-identical except %zu; %zu contended steps, %zu grants\n", mm.ratio_exact,
               denied_steps, grants);
 }
@@ -132,7 +133,7 @@ void test_controller_vs_host() {
     for (std::size_t i = 0; i < n; ++i) numel[i] = 1 + (i * 7919) % 100000;
     host.set_unit_numel(numel.data(), n);
     dev.set_unit_numel(numel);
-    compare("rms/window/reset/unlimited from partials", host, dev, n, 40, 104, true);
+    compare("rms/window/reset/unlimited from partials", host, dev, n, 40, 104, true, false);  // never denies
   }
 }
 

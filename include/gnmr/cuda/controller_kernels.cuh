@@ -127,8 +127,14 @@ __device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std
       const std::uint64_t k = e < m ? __ldcg(reinterpret_cast<const unsigned long long*>(keys) + e) : 0ull;
       const bool in = gnmr::detail::in_bucket(st, k);
       const unsigned d = in ? static_cast<unsigned>((k >> sh) & 0xffu) : 0x100u;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+      // Early passes put most keys in one digit: one atomic per digit per warp.
       const unsigned peers = __match_any_sync(0xffffffffu, d);
       if (in && lane == static_cast<unsigned>(__ffs(peers) - 1)) atomicAdd(&s_hist[d], __popc(peers));
+#else
+      (void)lane;
+      if (in) atomicAdd(&s_hist[d], 1u);
+#endif
     }
     __syncthreads();
     // Thread t owns digit 255 - t, so the inclusive scan counts the keys of

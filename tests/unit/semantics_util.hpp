@@ -1,0 +1,103 @@
+// tests/unit/semantics_util.hpp — shorthands for the [semantics] tests.
+//
+// The hand-computed traces build many small controllers with unusual
+// hyperparameters; these helpers keep each trace readable (one line per
+// configuration) and make a flag mismatch print flag *names* rather than
+// a bare integer. Nothing here computes an expected value: expectations
+// are written out in the test files, derived from SPEC §1 in comments.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gnmr/controller.hpp"
+#include "gnmr/types.hpp"
+
+namespace semtest {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+inline gnmr::EmaMean ema(float beta) {
+  gnmr::EmaMean m;
+  m.beta = beta;
+  return m;
+}
+
+inline gnmr::GnmrTrigger trig(float tau, float delta, std::uint32_t warmup, int window = 4) {
+  gnmr::GnmrTrigger t;
+  t.tau = tau;
+  t.delta = delta;
+  t.warmup = warmup;
+  t.window = window;
+  return t;
+}
+
+inline gnmr::MaxO maxo(int max_o, int lock, int cooldown) {
+  gnmr::MaxO b;
+  b.max_o = max_o;
+  b.lock = lock;
+  b.cooldown = cooldown;
+  return b;
+}
+
+inline gnmr::ClipToMean clip(float kappa) {
+  gnmr::ClipToMean c;
+  c.kappa = kappa;
+  return c;
+}
+
+// The default policy families with explicit hyperparameters.
+using Ctl = gnmr::GnmrController<>;
+inline Ctl make(std::size_t n, gnmr::EmaMean mean, gnmr::GnmrTrigger tr, gnmr::MaxO b,
+                float kappa = 1.0f) {
+  return Ctl(n, gnmr::L2Norm{}, mean, tr, clip(kappa), b);
+}
+
+inline std::string flag_names(std::uint32_t f) {
+  static const struct {
+    std::uint32_t bit;
+    const char* name;
+  } kNames[] = {{gnmr::kTriggered, "TRIGGERED"},   {gnmr::kGranted, "GRANTED"},
+                {gnmr::kInRecovery, "IN_RECOVERY"}, {gnmr::kDenied, "DENIED"},
+                {gnmr::kCooldown, "COOLDOWN"},     {gnmr::kNonFinite, "NONFINITE"},
+                {gnmr::kSkip, "SKIP"},             {gnmr::kResetMoments, "RESET_MOMENTS"},
+                {gnmr::kPromote, "PROMOTE"},       {gnmr::kReleased, "RELEASED"},
+                {gnmr::kWarmup, "WARMUP"}};
+  std::string s;
+  for (const auto& n : kNames)
+    if (f & n.bit) {
+      s += s.empty() ? "" : "|";
+      s += n.name;
+      f &= ~n.bit;
+    }
+  if (f) s += (s.empty() ? "" : "|") + std::string("0x") + std::to_string(f);
+  return s.empty() ? "none" : s;
+}
+
+// Compares names so that a failure reads "TRIGGERED|DENIED == TRIGGERED|GRANTED|IN_RECOVERY".
+#define SEM_FLAGS(actual, expected) \
+  CHECK(semtest::flag_names(actual) == semtest::flag_names(expected))
+
+// Raw bytes of a trivially copyable object (padding included), to prove
+// that a call left state untouched.
+template <class T>
+std::vector<std::uint8_t> bytes_of(const T* p, std::size_t n) {
+  std::vector<std::uint8_t> b(sizeof(T) * n);
+  if (n) std::memcpy(b.data(), p, b.size());
+  return b;
+}
+template <class T>
+std::vector<std::uint8_t> bytes_of(const std::vector<T>& v) {
+  return bytes_of(v.data(), v.size());
+}
+template <class T>
+std::vector<std::uint8_t> bytes_of(const T& x) {
+  return bytes_of(&x, 1);
+}
+
+}  // namespace semtest

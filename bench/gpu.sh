@@ -100,7 +100,8 @@ echo "configure + build: $((SECONDS - t_start)) s"
 stamp "ctest -L gpu"
 (cd "$build" && timeout "$(budget 200 300)" ctest -L gpu --output-on-failure --timeout 200) >"$out/ctest.log" 2>&1
 cat "$out/ctest.log" | tail -60
-note "ctest -L gpu" "$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
+skipped="$(grep -c '(Skipped)' "$out/ctest.log")"
+note "ctest -L gpu" "$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1); skipped: $skipped"
 
 # --- benchmarks -------------------------------------------------------------------
 stamp "gnmr_bench_cuda"

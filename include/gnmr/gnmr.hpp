@@ -19,7 +19,6 @@
 #include "gnmr/policy/stabilizer.hpp"
 #include "gnmr/policy/trigger.hpp"
 #include "gnmr/policy/zscore.hpp"
-#include "gnmr/policy/zscore_skip.hpp"
 #include "gnmr/presets.hpp"
 #include "gnmr/reducer.hpp"
 #include "gnmr/state.hpp"

@@ -36,7 +36,6 @@
 #include "gnmr/policy/stabilizer.hpp"
 #include "gnmr/policy/trigger.hpp"
 #include "gnmr/policy/zscore.hpp"
-#include "gnmr/policy/zscore_skip.hpp"
 
 namespace gnmr {
 namespace presets {
@@ -55,7 +54,7 @@ using AdaGC = GnmrController<L2Norm, MinSeededEma, GnmrTrigger, ClipToTarget, Un
 using Spam =
     GnmrController<L2Norm, EmaSquareMean, GnmrTrigger, Compose<ClipToTarget, ResetMoments>, Unlimited>;
 // OLMo-core SkipStepOptimizer (optim/skip_step_optimizer.py).
-using SkipStep = GnmrController<L2Norm, WindowMean<128>, ZScoreSkipTrigger, GlobalSkip, Unlimited>;
+using SkipStep = GnmrController<L2Norm, WindowMean<128>, ZScoreTrigger, GlobalSkip, Unlimited>;
 // Stable-SPAM's AdaGN ("GradientStabilizer", galore_torch/stablespam.py).
 using Stabilizer = GnmrController<L2Norm, NoMean, AlwaysTrigger, NormReplace, Unlimited>;
 // GNMR itself (SPEC §1 defaults) and with the escalation ladder.
@@ -158,7 +157,8 @@ inline std::uint32_t skip_step_warmup(int rolling_interval_length) {
 }
 
 inline SkipStep skip_step(std::size_t num_units = 1, const SkipStepParams& p = {}) {
-  ZScoreSkipTrigger t;
+  ZScoreTrigger t;
+  t.feed_rule = ZScoreTrigger::Feed::kThreshold;  // the step is skipped: no clip value
   t.z = p.sigma_factor;
   t.warmup = p.warmup != 0 ? p.warmup : skip_step_warmup(p.rolling_interval_length);
   t.eps = 0.0f;  // OLMo-core: (x - mean) <= sigma_factor * std

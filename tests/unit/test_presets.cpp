@@ -485,7 +485,7 @@ TEST_CASE("skip-step default (clamped feed) differs from OLMo-core only after a 
   }
 }
 
-TEST_CASE("ZScoreSkipTrigger feeds the z threshold on a skipped step", "[presets]") {
+TEST_CASE("skip-step (ZScoreTrigger, Feed::kThreshold) feeds the z threshold on a skipped step", "[presets]") {
   // Window 1 +- 0.1 (alternating, 128 samples): mean 1, unbiased sd
   // 0.1 * sqrt(128/127). A spike of 5 is skipped and the window receives
   // mean + 6 * sd instead of 5 (OLMo-core would store the 5).

@@ -6,6 +6,15 @@
 // OLMo-core's (x - mu) > k*sigma when eps = 0. An optional absolute cap
 // (ZClip's max_grad_norm) also triggers, at any k. The report's delta
 // column holds the z-score for this trigger.
+//
+// What the tracker is fed on a z-triggered step depends on what the preset
+// does with the spike: a clipping preset (ZClip) feeds its clip value; a
+// skip-step preset (OLMo-core) has no clipped value, so it feeds the z rule's
+// acceptance bound mu + z (sd + eps) — SPEC §1.2's min(n, threshold) for the
+// z rule. That bounds how much one spike widens the window (a raw 20-sigma
+// sample in a 128-sample window roughly doubles sigma; the bound adds ~13%),
+// the blindness llm.c PR #711 asks to remove. clamp_feed = false feeds the
+// raw norm, as the peers do.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +39,12 @@ struct ZScoreTrigger {
   float max_norm = inf_f();  // absolute cap; +inf = none
   Clip clip = Clip::kAdaptive;
   float clip_factor = 1.0f;
-  bool clamp_feed = true;  // feed the clip target on z-triggered steps
+  enum class Feed : std::uint32_t {
+    kClipValue,  // ZClip: the clip value z_target()
+    kThreshold,  // skip-step: mu + z (sd + eps)
+  };
+  bool clamp_feed = true;  // clamp what is fed on z-triggered steps ...
+  Feed feed_rule = Feed::kClipValue;  // ... to this
 
   struct State {};
   GNMR_HOST_DEVICE static State init() { return State{}; }
@@ -76,7 +90,10 @@ struct ZScoreTrigger {
   GNMR_HOST_DEVICE float feed(const UnitView& v) const {
     // ZClip feeds its clip value, before the max_grad_norm cap.
     if (!clamp_feed || !z_rule(v)) return v.norm;
-    return fm::min(v.norm, z_target(v));
+    const float bound = feed_rule == Feed::kThreshold
+                            ? fm::add(v.mean, fm::mul(z, fm::add(v.stddev, eps)))
+                            : z_target(v);
+    return fm::min(v.norm, bound);
   }
   GNMR_HOST_DEVICE void update(State&, const UnitView&) const {}
   std::string check() const {

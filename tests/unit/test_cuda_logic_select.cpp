@@ -127,6 +127,10 @@ TEST_CASE("per-block pre-filter keeps the winners when one block holds them all"
     if (gnmr::detail::rule_grants(rule, keys[i])) got.push_back(i);
   // risks 0,1,2,0,1,2,0,1,2,0: all three 2s (units 2, 5, 8), then the lowest-index 1 (unit 1).
   CHECK(got == std::vector<std::uint32_t>{1, 2, 5, 8});
+  // One radix pass finds the bucket (top byte 0xBF, exactly the one key
+  // still needed), one more its smallest key: not all eight passes.
+  CHECK(rule.passes == 2u);
+  CHECK(rule.mask == ~0ull);
 }
 
 namespace {

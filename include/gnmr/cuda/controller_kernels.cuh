@@ -58,6 +58,12 @@ struct MaxU64 {
     return a > b ? a : b;
   }
 };
+struct MinU64 {
+  __device__ __forceinline__ unsigned long long operator()(unsigned long long a,
+                                                           unsigned long long b) const {
+    return a < b ? a : b;
+  }
+};
 struct AddU32 {
   __device__ __forceinline__ unsigned int operator()(unsigned int a, unsigned int b) const {
     return a + b;
@@ -114,9 +120,11 @@ __device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std
   __shared__ std::uint32_t s_hist[256];
   __shared__ std::uint32_t s_warp[32];
   __shared__ RadixState s_state;
+  __shared__ unsigned long long s_min[32];
+  __shared__ unsigned long long s_lo;
   const unsigned tid = threadIdx.x;
   const unsigned lane = tid & 31u;
-  RadixState st{0u, 0u, g, 0u};
+  RadixState st{0u, 0u, g, 0u, 0u};
   int pass = 0;
   for (; pass < gnmr::detail::kRadixPasses && !st.done; ++pass) {
     const int sh = gnmr::detail::radix_shift(pass);
@@ -152,7 +160,18 @@ __device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std
     st = s_state;
     __syncthreads();
   }
-  return gnmr::detail::SelectRule{st.mask, st.prefix, 0u, static_cast<std::uint32_t>(pass)};
+  unsigned long long lo = ~0ull;
+  if (st.take_min) {  // block-uniform
+    for (std::uint32_t e = tid; e < m; e += blockDim.x) {
+      const unsigned long long k = __ldcg(reinterpret_cast<const unsigned long long*>(keys) + e);
+      if (gnmr::detail::in_bucket(st, k) && k < lo) lo = k;
+    }
+    lo = block_tree(lo, ~0ull, MinU64{}, s_min);
+    if (tid == 0) s_lo = lo;
+    __syncthreads();
+    lo = s_lo;
+  }
+  return gnmr::detail::radix_rule(st, lo, pass);
 }
 
 template <class PS, bool kFinish>

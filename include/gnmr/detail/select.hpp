@@ -86,6 +86,7 @@ struct RadixState {
   std::uint64_t prefix;
   std::uint32_t need;
   std::uint32_t done;
+  std::uint32_t take_min;  // done, and the threshold is the bucket's smallest key
 };
 
 GNMR_HOST_DEVICE bool in_bucket(const RadixState& s, std::uint64_t key) {
@@ -100,18 +101,30 @@ GNMR_HOST_DEVICE bool radix_digit_holds(std::uint32_t above, std::uint32_t count
   return above < need && need <= above + count;
 }
 
-// complete: the keys scanned are all the candidates. Then, once every key
-// of the new bucket is wanted, the rule can stop at this prefix. After the
-// per-block pre-filter the scanned keys are a subset, the same prefix would
-// also match candidates that were filtered out, so the select runs to the
-// full 64-bit threshold (the g-th largest key overall, which the subset holds).
+// Once every key of the new bucket is wanted the select is done. complete:
+// the keys scanned are all the candidates, and the rule can stop at this
+// prefix. After the per-block pre-filter they are a subset, and the same
+// prefix would also match candidates that were filtered out; the threshold
+// is then the bucket's smallest key (one more pass): it is the g-th largest
+// key of the subset, which holds the global top g, so it is the g-th
+// largest overall.
 GNMR_HOST_DEVICE void radix_advance(RadixState& s, int pass, std::uint32_t digit,
                                     std::uint32_t above, std::uint32_t count, bool complete) {
   const int sh = radix_shift(pass);
   s.need -= above;
   s.prefix |= static_cast<std::uint64_t>(digit) << sh;
   s.mask |= static_cast<std::uint64_t>(0xffu) << sh;
-  if (complete && count == s.need) s.done = 1u;
+  if (count == s.need) {
+    s.done = 1u;
+    s.take_min = complete ? 0u : 1u;
+  }
+}
+
+// The rule once the passes are over; min_in_bucket is only used when
+// take_min is set (~0 when the bucket is empty, which cannot happen).
+GNMR_HOST_DEVICE SelectRule radix_rule(const RadixState& s, std::uint64_t min_in_bucket, int passes) {
+  if (s.take_min) return SelectRule{~0ull, min_in_bucket, 0u, static_cast<std::uint32_t>(passes + 1)};
+  return SelectRule{s.mask, s.prefix, 0u, static_cast<std::uint32_t>(passes)};
 }
 
 // ---- Host replay (tests) ----------------------------------------------------
@@ -121,7 +134,7 @@ GNMR_HOST_DEVICE void radix_advance(RadixState& s, int pass, std::uint32_t digit
 // array may hold exactly g keys while other blocks' candidates are outside it.
 inline SelectRule radix_select_rule(const std::vector<std::uint64_t>& keys, std::uint32_t g,
                                     bool complete) {
-  RadixState s{0u, 0u, g, 0u};
+  RadixState s{0u, 0u, g, 0u, 0u};
   int pass = 0;
   for (; pass < kRadixPasses && !s.done; ++pass) {
     std::uint32_t hist[256] = {};
@@ -137,7 +150,11 @@ inline SelectRule radix_select_rule(const std::vector<std::uint64_t>& keys, std:
       above += hist[d];
     }
   }
-  return SelectRule{s.mask, s.prefix, 0u, static_cast<std::uint32_t>(pass)};
+  std::uint64_t lo = ~0ull;
+  if (s.take_min)
+    for (std::uint64_t k : keys)
+      if (in_bucket(s, k) && k < lo) lo = k;
+  return radix_rule(s, lo, pass);
 }
 
 // The whole device phase 2 from per-unit keys: block counts, the optional

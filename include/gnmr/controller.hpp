@@ -32,10 +32,6 @@
 
 namespace gnmr {
 
-struct ControllerOptions {
-  float eps = 1e-12f;  // ratio floor, r = n / max(mu, eps)
-};
-
 template <class Norm = L2Norm, class Mean = EmaMean, class Trigger = GnmrTrigger,
           class Recovery = ClipToMean, class Budget = MaxO>
 class GnmrController {
@@ -46,7 +42,7 @@ class GnmrController {
   explicit GnmrController(std::size_t num_units, Norm norm = {}, Mean mean = {},
                           Trigger trigger = {}, Recovery recovery = {}, Budget budget = {},
                           ControllerOptions opt = {})
-      : p_{norm, mean, trigger, recovery, budget, opt.eps} {
+      : p_{norm, mean, trigger, recovery, budget, opt} {
     if (num_units == 0) throw std::invalid_argument("gnmr: GnmrController needs at least one unit");
     if (num_units > 0x7fffffffu)
       throw std::invalid_argument("gnmr: GnmrController supports at most 2^31-1 units, got " +

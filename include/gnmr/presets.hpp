@@ -171,8 +171,11 @@ inline SkipStep skip_step(std::size_t num_units = 1, const SkipStepParams& p = {
 }
 
 inline Stabilizer stabilizer(std::size_t num_units, const StabilizerParams& p = {}) {
+  // AdaGN advances its statistics on every step, zero norms included.
+  ControllerOptions opt;
+  opt.zero_is_sample = true;
   return Stabilizer(num_units, {}, {}, AlwaysTrigger{}, NormReplace{p.gamma1, p.gamma2, p.eps},
-                    Unlimited{1, 0});
+                    Unlimited{1, 0}, opt);
 }
 
 // (Not called plain gnmr(): inside gnmr::presets that name would hide the namespace.)

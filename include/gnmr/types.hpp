@@ -25,6 +25,7 @@ enum Flag : std::uint32_t {
   kPromote = 1u << 8,       // route this unit to the higher-precision path
   kReleased = 1u << 9,      // its lock expired at the start of this step
   kWarmup = 1u << 10,       // too few accepted samples for a verdict
+  kZeroNorm = 1u << 11,     // n = 0 exactly: no gradient, not a sample (see ControllerOptions)
 };
 
 // Compact decision: what an optimizer needs, in one 8-byte load.

@@ -46,6 +46,7 @@ struct Cfg {
   double eps;
   std::size_t units;
   int steps;
+  bool zero_is_sample = false;  // ControllerOptions: is n = 0 a sample?
 };
 
 std::string describe(const Cfg& c) {
@@ -53,7 +54,8 @@ std::string describe(const Cfg& c) {
   os << "mean=" << (c.kind == MeanKind::kEma ? "ema" : c.kind == MeanKind::kCumulative ? "cum" : "win")
      << " beta=" << c.beta << " W=" << c.mean_window << " tau=" << c.tau << " delta=" << c.delta
      << " warmup=" << c.warmup << " w=" << c.w << " maxO=" << c.max_o << " lock=" << c.lock
-     << " cooldown=" << c.cooldown << " kappa=" << c.kappa << " N=" << c.units;
+     << " cooldown=" << c.cooldown << " kappa=" << c.kappa << " N=" << c.units
+     << " zero_is_sample=" << c.zero_is_sample;
   return os.str();
 }
 
@@ -70,7 +72,7 @@ struct RefOut {
   std::uint32_t flags = 0;
   double mean = 0, ratio = 0, delta = 0, risk = 0, scale = 1, hist = 0;
   int lock_left = 0;
-  bool finite = true, defined = false, triggered = false;
+  bool finite = true, defined = false, triggered = false, zero = false;
 };
 
 struct RefSummary {
@@ -121,6 +123,11 @@ class Ref {
       return o;
     }
     const double n = norm;
+    if (n == 0.0 && !c_.zero_is_sample) {  // no gradient: not a sample at all
+      o.zero = true;
+      o.flags |= gnmr::kZeroNorm;
+      return o;
+    }
     if (u.k == 0) {
       o.flags |= gnmr::kWarmup;
       return o;
@@ -210,7 +217,7 @@ class Ref {
           u.ratios.push_back(o.ratio);
           if (static_cast<int>(u.ratios.size()) > c_.w) u.ratios.pop_front();
         }
-        push(u, o.triggered ? std::min(x, c_.tau * o.mean) : x);
+        if (!o.zero) push(u, o.triggered ? std::min(x, c_.tau * o.mean) : x);
         if (o.defined && (s.max_unit < 0 || o.ratio > s.max_ratio)) {
           s.max_ratio = o.ratio;
           s.max_unit = static_cast<int>(i);
@@ -277,10 +284,12 @@ bool close(double got, double want, double mag) {
 
 template <class MeanPolicy>
 void run_against_reference(const Cfg& cfg, MeanPolicy mean, std::uint64_t seed) {
+  gnmr::ControllerOptions opt;
+  opt.zero_is_sample = cfg.zero_is_sample;
   gnmr::GnmrController<gnmr::L2Norm, MeanPolicy> c(
       cfg.units, {}, mean,
       trig(static_cast<float>(cfg.tau), static_cast<float>(cfg.delta), cfg.warmup, cfg.w),
-      clip(static_cast<float>(cfg.kappa)), maxo(cfg.max_o, cfg.lock, cfg.cooldown));
+      clip(static_cast<float>(cfg.kappa)), maxo(cfg.max_o, cfg.lock, cfg.cooldown), opt);
   Ref ref(cfg);
   Rng rng{seed};
   std::vector<double> base(cfg.units);
@@ -359,6 +368,7 @@ Cfg random_cfg(Rng& r, MeanKind kind) {
   c.eps = static_cast<double>(1e-12f);
   c.units = units[r.pick(0, 3)];
   c.steps = 400;
+  c.zero_is_sample = r.pick(0, 1) == 1;
   return c;
 }
 

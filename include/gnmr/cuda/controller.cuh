@@ -62,7 +62,7 @@ class DeviceController {
                    Mean mean = {}, Trigger trigger = {}, Recovery recovery = {}, Budget budget = {},
                    ControllerOptions opt = {})
       : host_check_(validate(num_units, norm, mean, trigger, recovery, budget, opt)),
-        p_{norm, mean, trigger, recovery, budget, opt.eps},
+        p_{norm, mean, trigger, recovery, budget, opt},
         n_(num_units) {
     const std::size_t need = carve(nullptr, n_, budget).bytes;
     void* base = d_workspace;

@@ -18,6 +18,20 @@
 #include "gnmr/types.hpp"
 
 namespace gnmr {
+
+// Controller-wide settings that are not a policy's.
+struct ControllerOptions {
+  float eps = 1e-12f;  // ratio floor, r = n / max(mu, eps)
+  // A norm of exactly 0 means the unit got no gradient this step (an MoE
+  // expert nobody was routed to, a frozen or unused parameter). By default it
+  // is *not a sample*: no verdict, nothing fed, the ratio history untouched
+  // (kZeroNorm). Feeding zeros would drag mu toward 0, and a unit whose first
+  // samples are all 0 would then have mu = 0 for good (the clamped feed
+  // min(n, tau * 0) = 0 keeps it there) and trigger on every later step.
+  // true restores SPEC §1.2's literal rule (0 is fed like any norm).
+  bool zero_is_sample = false;
+};
+
 namespace detail {
 
 template <class Mean, class = void>
@@ -60,7 +74,7 @@ struct PolicySet {
   Trigger trigger;
   Recovery recovery;
   Budget budget;
-  float eps;  // ratio floor: r = n / max(mu, eps)
+  ControllerOptions opt;
 
   struct UnitState {
     typename Mean::State mean;
@@ -106,7 +120,11 @@ GNMR_HOST_DEVICE UnitView evaluate_unit(const PS& p, const typename PS::UnitStat
     v.risk = inf_f();
     return v;
   }
-  v.ratio = v.count >= 1 ? fm::div(norm, fm::max(v.mean, p.eps)) : 0.0f;
+  if (norm == 0.0f && !p.opt.zero_is_sample) {
+    v.flags |= kZeroNorm;  // no gradient: nothing to judge, nothing to learn from
+    return v;
+  }
+  v.ratio = v.count >= 1 ? fm::div(norm, fm::max(v.mean, p.opt.eps)) : 0.0f;
   p.trigger.evaluate(s.trigger, v);
   if (is_nan(v.risk)) v.risk = 0.0f;
   return v;
@@ -132,6 +150,9 @@ GNMR_HOST_DEVICE UnitView commit_unit(const PS& p, typename PS::UnitState& s, Un
     // The safety action: no update, and the sample stays out of every statistic.
     dec.flags |= kSkip;
     dec.scale = 0.0f;
+  } else if (v.flags & kZeroNorm) {
+    // Out of the statistics; a lock still runs its course (scale 1: 0 * x).
+    p.recovery.apply(s.recovery, v, dec, global_skip);
   } else {
     p.recovery.apply(s.recovery, v, dec, global_skip);
     p.mean.push(s.mean, p.trigger.feed(v));
@@ -166,7 +187,7 @@ struct SummaryAcc {
     nonfinite += (v.flags & kNonFinite) ? 1u : 0u;
     released += (v.flags & kReleased) ? 1u : 0u;
     skip |= gskip;
-    if (!(v.flags & kNonFinite) && v.count >= 1) merge_max(v.ratio, static_cast<std::int32_t>(unit));
+    if (!(v.flags & (kNonFinite | kZeroNorm)) && v.count >= 1) merge_max(v.ratio, static_cast<std::int32_t>(unit));
   }
   GNMR_HOST_DEVICE void merge_max(float r, std::int32_t u) {
     if (max_unit < 0 || r > max_ratio || (!(r < max_ratio) && u < max_unit)) {

@@ -540,3 +540,19 @@ TEST_CASE("host_unit_partials and unit_numel: validation", "[norms]") {
   CHECK_THROWS_WITH(gnmr::host_unit_partials(nullptr, 2, out.data(), 1),
                     Catch::Contains("null segment array"));
 }
+
+TEST_CASE("host_unit_partials: Coverage::kShard gives uncovered units the identity", "[norms]") {
+  // A rank's shard holds units 0 and 2 of 4: units 1 and 3 contribute 0
+  // (the identity of sum-of-squares and of max |x|) instead of an error.
+  const float a[3] = {1.0f, -2.0f, 2.0f};
+  const float b[2] = {-3.0f, 0.5f};
+  const std::vector<Segment> segs = {{a, 3, DType::kF32, 0}, {b, 2, DType::kF32, 2}};
+  std::vector<float> out(4, std::numeric_limits<float>::quiet_NaN());
+  gnmr::host_unit_partials(segs, out, gnmr::Coverage::kShard);
+  CHECK(out == std::vector<float>{9.0f, 0.0f, 9.25f, 0.0f});
+  std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());
+  gnmr::host_unit_partials<gnmr::LinfNorm>(segs, out, gnmr::Coverage::kShard);
+  CHECK(out == std::vector<float>{2.0f, 0.0f, 3.0f, 0.0f});
+  // The default still insists on a segment per unit.
+  CHECK_THROWS_WITH(gnmr::host_unit_partials(segs, out), Catch::Contains("unit 1 has no segment"));
+}

@@ -236,21 +236,30 @@ inline std::vector<double>& unit_scratch(std::size_t num_units) {
 
 }  // namespace detail
 
+// Whether every unit must own a segment. A whole model's layout must (a unit
+// without gradient has no meaningful norm); one rank's shard of a sharded
+// model need not: a rank that holds none of a unit contributes the partial's
+// identity (0), and the Reducer combines the ranks.
+enum class Coverage { kEveryUnit, kShard };
+
 // Partials of every unit: partials[u] for u < num_units. Throws
 // std::invalid_argument (naming the segment) on an empty segment, null data,
-// an unknown dtype, unit >= num_units, num_units == 0, or a unit with no
-// segment; nothing is read and partials is untouched when it throws.
+// an unknown dtype, unit >= num_units, num_units == 0, or (kEveryUnit) a unit
+// with no segment; nothing is read and partials is untouched when it throws.
 template <class Norm = L2Norm>
 void host_unit_partials(const Segment* segs, std::size_t n_segs, float* partials,
-                        std::size_t num_units) {
+                        std::size_t num_units, Coverage coverage = Coverage::kEveryUnit) {
   constexpr detail::HostKernel kernel = detail::host_kernel<Norm>();
   const char* fn = "host_unit_partials";
   if (partials == nullptr) throw std::invalid_argument("gnmr: host_unit_partials: null partials");
   std::vector<double>& acc = detail::unit_scratch(num_units);
   detail::validate_segments(segs, n_segs, num_units, true, fn,
                             [&acc](std::uint32_t u) { acc[u] = 0.0; });
-  for (std::size_t u = 0; u < num_units; ++u)
-    if (acc[u] < 0.0) detail::throw_uncovered(fn, u);
+  for (std::size_t u = 0; u < num_units; ++u) {
+    if (acc[u] >= 0.0) continue;
+    if (coverage == Coverage::kEveryUnit) detail::throw_uncovered(fn, u);
+    acc[u] = 0.0;
+  }
   // Every unit now holds 0, the identity of the built-in partials; a custom
   // max-combined policy starts from its own identity.
   if (kernel == detail::HostKernel::kGenericMax)
@@ -281,14 +290,16 @@ void host_unit_partials(const Segment* segs, std::size_t n_segs, float* partials
 
 // partials.size() is the number of units.
 template <class Norm = L2Norm>
-void host_unit_partials(const std::vector<Segment>& segs, std::vector<float>& partials) {
-  host_unit_partials<Norm>(segs.data(), segs.size(), partials.data(), partials.size());
+void host_unit_partials(const std::vector<Segment>& segs, std::vector<float>& partials,
+                        Coverage coverage = Coverage::kEveryUnit) {
+  host_unit_partials<Norm>(segs.data(), segs.size(), partials.data(), partials.size(), coverage);
 }
 
 template <class Norm = L2Norm>
-std::vector<float> host_unit_partials(const std::vector<Segment>& segs, std::size_t num_units) {
+std::vector<float> host_unit_partials(const std::vector<Segment>& segs, std::size_t num_units,
+                                      Coverage coverage = Coverage::kEveryUnit) {
   std::vector<float> partials(num_units);
-  host_unit_partials<Norm>(segs.data(), segs.size(), partials.data(), num_units);
+  host_unit_partials<Norm>(segs.data(), segs.size(), partials.data(), num_units, coverage);
   return partials;
 }
 

@@ -93,18 +93,14 @@ float backward(const std::vector<float>& p, const std::vector<float>& teacher, i
 }
 
 // This rank's slice [lo, hi) of the flat gradient as gnmr segments. A unit
-// the slice does not touch contributes the identity (one zero element), so
-// the all-reduce of the partials still adds up to the whole unit.
+// the slice does not touch gets no segment: Coverage::kShard makes its
+// partial the identity, so the all-reduce still adds up to the whole unit.
 std::vector<gnmr::Segment> shard_segments(const float* shard, std::size_t lo, std::size_t hi) {
-  static const float kZero = 0.0f;
   std::vector<gnmr::Segment> segs;
   for (std::uint32_t u = 0; u < kUnits; ++u) {
     const std::size_t a = std::max(lo, kTensors[u].offset);
     const std::size_t b = std::min(hi, kTensors[u].offset + kTensors[u].numel);
-    if (a < b)
-      segs.push_back({shard + (a - lo), b - a, gnmr::DType::kF32, u});
-    else
-      segs.push_back({&kZero, 1, gnmr::DType::kF32, u});
+    if (a < b) segs.push_back({shard + (a - lo), b - a, gnmr::DType::kF32, u});
   }
   return segs;
 }
@@ -163,7 +159,8 @@ int main(int argc, char** argv) {
 
     // GNMR: partials of the local slice, one all-reduce of N floats, step.
     const std::vector<gnmr::Segment> segs = shard_segments(shard.data(), lo, hi);
-    gnmr::host_unit_partials(segs.data(), segs.size(), partials.data(), kUnits);
+    gnmr::host_unit_partials(segs.data(), segs.size(), partials.data(), kUnits,
+                             gnmr::Coverage::kShard);
     const gnmr::StepSummary& sum = gnmr::reduce_and_step(controller, reducer, partials.data(), kUnits);
 
     // Apply the decisions to the local slice: select on SKIP, never multiply by 0.

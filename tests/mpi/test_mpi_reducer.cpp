@@ -186,13 +186,11 @@ std::vector<std::vector<std::uint8_t>> make_grads(const Layout& L, int t) {
 }
 
 // Rank r's segments (rank = -1: the whole, unsharded gradient). A rank that
-// holds nothing of a unit contributes the identity: one zero element (0 is
-// the identity of both sum-of-squares and max |x|).
-const float kZero = 0.0f;
+// holds nothing of a unit has no segment for it; host_unit_partials with
+// Coverage::kShard then gives that unit the identity (0).
 std::vector<gnmr::Segment> segments_of(const Layout& L, const std::vector<std::vector<std::uint8_t>>& g,
                                        int r) {
   std::vector<gnmr::Segment> out;
-  std::vector<bool> covered(kUnits, false);
   for (std::size_t k = 0; k < L.segs.size(); ++k) {
     const SegSpec& s = L.segs[k];
     const std::uint64_t lo = r < 0 ? 0 : s.cuts[static_cast<std::size_t>(r)];
@@ -200,10 +198,7 @@ std::vector<gnmr::Segment> segments_of(const Layout& L, const std::vector<std::v
     if (hi == lo) continue;
     const std::size_t esz = s.dtype == gnmr::DType::kBF16 ? 2 : 4;
     out.push_back({g[k].data() + lo * esz, hi - lo, s.dtype, s.unit});
-    covered[s.unit] = true;
   }
-  for (std::uint32_t u = 0; u < kUnits; ++u)
-    if (!covered[u]) out.push_back({&kZero, 1, gnmr::DType::kF32, u});
   return out;
 }
 
@@ -276,7 +271,8 @@ void run_trace(gnmr::mpi::Algorithm alg) {
   for (int t = 1; t <= kSteps; ++t) {
     const auto g = make_grads(L, t);
     const auto segs = segments_of(L, g, g_rank);
-    gnmr::host_unit_partials<Norm>(segs.data(), segs.size(), partials.data(), kUnits);
+    gnmr::host_unit_partials<Norm>(segs.data(), segs.size(), partials.data(), kUnits,
+                                   gnmr::Coverage::kShard);
     rc.step(partials.data(), partials.size());  // reduces partials in place, then steps
     for (float p : partials) put(rec, p);
     record_step(rec, rc.controller());
@@ -342,7 +338,8 @@ void run_trace(gnmr::mpi::Algorithm alg) {
     const auto g = make_grads(L, t);
     for (int r = 0; r < g_size; ++r) {
       const auto segs = segments_of(L, g, r);
-      gnmr::host_unit_partials<Norm>(segs.data(), segs.size(), shard.data(), kUnits);
+      gnmr::host_unit_partials<Norm>(segs.data(), segs.size(), shard.data(), kUnits,
+                                     gnmr::Coverage::kShard);
       if (kIsMax) map_nan(shard);
       for (std::uint32_t u = 0; u < kUnits; ++u)
         p_ord[u] = r == 0 ? shard[u] : Norm::combine(p_ord[u], shard[u]);

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Hardening checks (SPEC §5: bad input is a clear error, never a crash):
+#   1. the host unit tests and the fuzz seed corpora under ASan + UBSan
+#      (-DGNMR_SANITIZE=ON, a separate build directory);
+#   2. the libFuzzer targets (fuzz/, Clang) for a bounded time each.
+#
+#   bash scripts/hardening.sh
+#
+# Environment:
+#   GNMR_HARDENING=0        do nothing (e.g. a quick local scripts/test.sh)
+#   GNMR_FUZZ_SECONDS=N     libFuzzer time per target (default 30; 0 = skip step 2)
+#   SAN_BUILD_DIR, FUZZ_BUILD_DIR   build directories (build-sanitize, build-fuzz)
+# Needs: g++ (or any compiler with ASan/UBSan), clang++ with libFuzzer
+# (Debian: clang libclang-rt-14-dev; scripts/install-deps.sh installs them).
+# A fuzzer finding stops the script with the input saved under
+# $FUZZ_BUILD_DIR/artifacts/<target>/ (reproduce: <target> <file>).
+set -euo pipefail
+
+if [ "${GNMR_HARDENING:-1}" = "0" ]; then
+  echo "hardening: skipped (GNMR_HARDENING=0)"
+  exit 0
+fi
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+san="${SAN_BUILD_DIR:-build-sanitize}"
+fuzz="${FUZZ_BUILD_DIR:-build-fuzz}"
+secs="${GNMR_FUZZ_SECONDS:-30}"
+jobs="$(nproc 2>/dev/null || echo 2)"
+targets=(fuzz_trace fuzz_state_blob)
+
+# Only what the checks need: no CUDA, benchmarks, examples or tools.
+common=(-DCMAKE_BUILD_TYPE=Release -DGNMR_BUILD_TESTS=ON -DGNMR_BUILD_CUDA=OFF
+        -DGNMR_BUILD_BENCH=OFF -DGNMR_BUILD_EXAMPLES=OFF -DGNMR_BUILD_TOOLS=OFF)
+gen() { [ -f "$1/CMakeCache.txt" ] || echo "-G Ninja"; }
+
+# --- 1. ASan + UBSan ----------------------------------------------------------
+echo "hardening: ASan+UBSan build in $san"
+# -O1: sanitizer builds compile much faster than -O3 and still inline enough.
+# shellcheck disable=SC2046
+cmake -S . -B "$san" $(gen "$san") "${common[@]}" -DGNMR_SANITIZE=ON \
+  -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1"
+cmake --build "$san" -j"$jobs" --target gnmr_tests "${targets[@]/%/_replay}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+ctest --test-dir "$san" --output-on-failure -j2 -L '^(unit|fuzz)$'
+
+# --- 2. libFuzzer -------------------------------------------------------------
+if [ "$secs" = "0" ]; then
+  echo "hardening: fuzzing skipped (GNMR_FUZZ_SECONDS=0)"
+  exit 0
+fi
+cxx="${GNMR_FUZZ_CXX:-}"
+if [ -z "$cxx" ]; then
+  for c in clang++ clang++-14 clang++-15 clang++-16 clang++-17 clang++-18; do
+    if command -v "$c" >/dev/null 2>&1; then cxx="$c"; break; fi
+  done
+fi
+if [ -z "$cxx" ]; then
+  echo "hardening: no clang++ for libFuzzer (Debian: apt-get install clang libclang-rt-14-dev)," \
+       "or set GNMR_FUZZ_SECONDS=0 to skip fuzzing" >&2
+  exit 1
+fi
+echo "hardening: libFuzzer build in $fuzz ($cxx), ${secs}s per target"
+# shellcheck disable=SC2046
+cmake -S . -B "$fuzz" $(gen "$fuzz") "${common[@]}" -DGNMR_BUILD_FUZZERS=ON \
+  -DCMAKE_CXX_COMPILER="$cxx"
+cmake --build "$fuzz" -j"$jobs" --target "${targets[@]}"
+for t in "${targets[@]}"; do
+  work="$fuzz/corpus/$t"     # grows across runs; the seeds stay untouched
+  art="$fuzz/artifacts/$t"
+  mkdir -p "$work" "$art"
+  echo "hardening: fuzzing $t for ${secs}s"
+  if ! "$fuzz/fuzz/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=4096 \
+       -print_final_stats=1 -artifact_prefix="$art/" "$work" "fuzz/corpus/$t" \
+       >"$fuzz/$t.log" 2>&1; then
+    tail -n 40 "$fuzz/$t.log" >&2
+    echo "hardening: $t found a problem; input saved in $art/ (reproduce: $fuzz/fuzz/$t FILE)" >&2
+    exit 1
+  fi
+  grep -E '^(Done|stat::number_of_executed_units|stat::new_units_added)' "$fuzz/$t.log" || true
+done
+echo "hardening: all checks passed"

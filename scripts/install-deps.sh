@@ -12,9 +12,11 @@ set -euo pipefail
 
 # libtorch-dev, libopenblas0-pthread (libtorch otherwise gets the ~10x slower
 # reference BLAS), fortunes (the training text) and gnuplot-nox (its
-# picture) are for gnmr-demo (docs/demo.md).
+# picture) are for gnmr-demo (docs/demo.md); gnuplot-nox also draws
+# gnmr-replay's plots. clang + libclang-rt-14-dev (libFuzzer and the
+# sanitizer runtimes of Debian 12's clang 14) are for scripts/hardening.sh.
 packages=(build-essential cmake ninja-build catch2 libbenchmark-dev openmpi-bin libopenmpi-dev
-  libtorch-dev libopenblas0-pthread fortunes gnuplot-nox "$@")
+  libtorch-dev libopenblas0-pthread fortunes gnuplot-nox clang libclang-rt-14-dev "$@")
 
 if ! command -v dpkg >/dev/null 2>&1; then
   echo "install-deps: no dpkg (not Debian/Ubuntu); install these yourself: ${packages[*]}" >&2

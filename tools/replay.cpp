@@ -25,27 +25,12 @@
 #include "gnmr/trace.hpp"
 #include "replay_options.hpp"
 #include "replay_plot.hpp"
+#include "replay_stats.hpp"
 
 namespace {
 
-struct UnitStats {
-  std::uint64_t grants = 0, triggers = 0, denials = 0, nonfinite = 0;
-  float max_ratio = 0.0f, max_norm = 0.0f;
-};
-
-struct RunStats {
-  std::string preset;
-  std::size_t units = 0;
-  std::uint64_t steps = 0, triggers = 0, grants = 0, denials = 0, nonfinite = 0, releases = 0,
-                global_skips = 0, in_rec_sum = 0, events = 0;
-  std::uint32_t max_in_rec = 0;
-  bool has_ratio = true;  // false for presets without a mean (the ratio is n / eps)
-  std::vector<std::string> names;
-  std::vector<UnitStats> per_unit;
-  double recovered() const {
-    return steps && units ? static_cast<double>(in_rec_sum) / (static_cast<double>(steps) * units) : 0.0;
-  }
-};
+using replay::RunStats;
+using replay::UnitStats;
 
 // "ev.jsonl" + "gnmr" -> "ev.gnmr.jsonl" (one output file per run).
 std::string per_run_path(const std::string& path, const std::string& preset, bool several) {
@@ -167,6 +152,12 @@ RunStats run_one(const gnmr::Trace& t, const std::string& preset, const replay::
       UnitStats& us = st.per_unit[u];
       if (std::isfinite(rep[u].ratio)) us.max_ratio = std::max(us.max_ratio, rep[u].ratio);
       if (std::isfinite(rep[u].norm)) us.max_norm = std::max(us.max_norm, rep[u].norm);
+      if (st.has_ratio && !(rep[u].flags & (gnmr::kWarmup | gnmr::kNonFinite))) {
+        st.ratio_h.add(rep[u].ratio);
+        st.delta_h.add(rep[u].delta);
+        st.ratio_max = std::max(st.ratio_max, rep[u].ratio);
+        st.delta_max = std::max(st.delta_max, rep[u].delta);
+      }
     }
     if (log) st.events += log->write(sum, rep.data(), st.units, st.names);
     if (plot) plot->add(s, t.steps[s], sum, rep.data());
@@ -187,67 +178,6 @@ RunStats run_one(const gnmr::Trace& t, const std::string& preset, const replay::
     plot->write_png(p, "gnmr-replay: " + preset + " on " + opt.trace, st.names, c->max_in_recovery());
   }
   return st;
-}
-
-void print_summary(const std::vector<RunStats>& runs, int top) {
-  std::printf("\n%-12s %8s %6s %9s %7s %8s %9s %8s %7s %10s %8s\n", "preset", "steps", "units",
-              "triggers", "grants", "denials", "nonfinite", "releases", "gskips", "recovered",
-              "max_rec");
-  for (const RunStats& r : runs)
-    std::printf("%-12s %8llu %6zu %9llu %7llu %8llu %9llu %8llu %7llu %9.3f%% %8u\n",
-                r.preset.c_str(), static_cast<unsigned long long>(r.steps), r.units,
-                static_cast<unsigned long long>(r.triggers), static_cast<unsigned long long>(r.grants),
-                static_cast<unsigned long long>(r.denials), static_cast<unsigned long long>(r.nonfinite),
-                static_cast<unsigned long long>(r.releases),
-                static_cast<unsigned long long>(r.global_skips), 100.0 * r.recovered(), r.max_in_rec);
-  std::printf("(recovered: unit-steps in recovery / (steps x units); max_rec: most units in "
-              "recovery at once)\n");
-  if (top <= 0) return;
-  for (const RunStats& r : runs) {
-    std::vector<std::size_t> idx;
-    for (std::size_t u = 0; u < r.units; ++u) {
-      const UnitStats& s = r.per_unit[u];
-      if (s.grants || s.triggers || s.nonfinite) idx.push_back(u);
-    }
-    std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
-      const UnitStats &x = r.per_unit[a], &y = r.per_unit[b];
-      if (x.grants != y.grants) return x.grants > y.grants;
-      return x.triggers > y.triggers;
-    });
-    if (idx.size() > static_cast<std::size_t>(top)) idx.resize(static_cast<std::size_t>(top));
-    std::printf("\ntop units by grants (%s):\n", r.preset.c_str());
-    if (idx.empty()) {
-      std::printf("  (no unit triggered or went non-finite)\n");
-      continue;
-    }
-    std::printf("  %-24s %7s %9s %8s %9s %10s %10s\n", "unit", "grants", "triggers", "denials",
-                "nonfinite", "max_ratio", "max_norm");
-    for (std::size_t u : idx) {
-      const UnitStats& s = r.per_unit[u];
-      char ratio[32] = "-";
-      if (r.has_ratio) std::snprintf(ratio, sizeof ratio, "%.4g", static_cast<double>(s.max_ratio));
-      std::printf("  %-24s %7llu %9llu %8llu %9llu %10s %10.4g\n", r.names[u].c_str(),
-                  static_cast<unsigned long long>(s.grants), static_cast<unsigned long long>(s.triggers),
-                  static_cast<unsigned long long>(s.denials), static_cast<unsigned long long>(s.nonfinite),
-                  ratio, static_cast<double>(s.max_norm));
-    }
-  }
-}
-
-void write_summary_csv(const std::string& path, const std::vector<RunStats>& runs) {
-  std::ofstream f(path);
-  if (!f) throw std::runtime_error("cannot write the summary '" + path + "'");
-  f << "preset,steps,units,triggers,grants,denials,nonfinite,releases,global_skips,"
-       "recovered_fraction,max_in_recovery,event_lines\n";
-  for (const RunStats& r : runs) {
-    char frac[32];
-    std::snprintf(frac, sizeof frac, "%.9g", r.recovered());
-    f << r.preset << ',' << r.steps << ',' << r.units << ',' << r.triggers << ',' << r.grants << ','
-      << r.denials << ',' << r.nonfinite << ',' << r.releases << ',' << r.global_skips << ',' << frac
-      << ',' << r.max_in_rec << ',' << r.events << '\n';
-  }
-  f.flush();
-  if (!f) throw std::runtime_error("writing the summary '" + path + "' failed");
 }
 
 }  // namespace
@@ -310,10 +240,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gnmr-replay: %s\n", e.what());
     return 1;
   }
-  print_summary(runs, opt.top);
+  replay::print_summary(runs, opt.top);
   std::fflush(stdout);
   try {
-    if (!opt.summary.empty()) write_summary_csv(opt.summary, runs);
+    if (!opt.summary.empty()) replay::write_summary_csv(opt.summary, runs);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gnmr-replay: %s\n", e.what());
     return 1;

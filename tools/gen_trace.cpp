@@ -4,8 +4,11 @@
 // example in docs/tuning.md, the replay tool's tests). The shape mimics a
 // transformer's per-tensor gradient norms: embed, attn and mlp per layer,
 // head; norms high during the first steps and decaying, with multiplicative
-// noise and a slow wander. Mixed in, at seeded-random places:
-//   - isolated spikes (x4 .. x40) anywhere, at --spike-rate per unit-step;
+// noise (heavier for embed and head, and for everyone in the first few
+// dozen steps) and a slow wander. Mixed in, at
+// seeded-random places:
+//   - isolated spikes (x1.5 .. x40, log-uniform) anywhere, at --spike-rate
+//     per unit-step;
 //   - one unstable unit (h.<L/2>.attn) with three clusters of repeated spikes;
 //   - one burst where a third of the units spike on the same step;
 //   - one unit drifting up x3 over a few hundred steps (not a spike);
@@ -31,7 +34,7 @@ struct Args {
   std::int64_t steps = 3000;
   int layers = 8;
   std::uint64_t seed = 1;
-  double spike_rate = 2e-4;
+  double spike_rate = 4e-4;
   std::string out;
 };
 
@@ -40,7 +43,7 @@ struct Args {
       "usage: gnmr-gen-trace [--steps N] [--layers L] [--seed S] [--spike-rate P] [--out FILE]\n"
       "Writes a synthetic trace of per-unit gradient norms (2L+2 units) with spikes,\n"
       "a burst, an unstable unit, a drift and a few NaN/Inf cells. Defaults: 3000 steps,\n"
-      "8 layers, seed 1, spike rate 2e-4 per unit-step, stdout.\n",
+      "8 layers, seed 1, spike rate 4e-4 per unit-step, stdout.\n",
       rc ? stderr : stdout);
   std::exit(rc);
 }
@@ -116,10 +119,15 @@ int main(int argc, char** argv) {
     const double shape = (0.4 + 0.6 * std::exp(-td / (0.25 * T + 1.0))) * (1.0 + 2.0 * std::exp(-td / 20.0));
     for (std::size_t i = 0; i < n; ++i) {
       wander[i] = 0.995 * wander[i] + 0.01 * gauss(rng);
-      double v = base[i] * shape * std::exp(0.08 * gauss(rng) + wander[i]);
+      // embed and head are noisier than the blocks (sparse token gradients).
+      // The first few dozen steps are erratic everywhere (fresh weights).
+      const double sigma = ((i == 0 || i + 1 == n) ? 0.35 : 0.08) + 0.5 * std::exp(-td / 15.0);
+      double v = base[i] * shape * std::exp(sigma * gauss(rng) + wander[i]);
       if (i == drifter && t > drift_from)
         v *= 1.0 + 2.0 * std::min(1.0, static_cast<double>(t - drift_from) / static_cast<double>(drift_len));
-      if (uni(rng) < a.spike_rate) v *= 4.0 + 36.0 * uni(rng);
+      // Log-uniform in [1.5, 40]: mild spikes as often as wild ones, so the
+      // choice of tau and delta matters.
+      if (uni(rng) < a.spike_rate) v *= std::exp(std::log(1.5) + uni(rng) * std::log(40.0 / 1.5));
       if (i == unstable)
         for (std::int64_t c : cluster_at)
           if (t >= c && t < c + 40 && uni(rng) < 0.2) v *= 3.0 + 12.0 * uni(rng);

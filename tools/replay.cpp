@@ -118,7 +118,7 @@ RunStats run_one(const gnmr::Trace& t, const std::string& preset, const replay::
     plot.reset(new replay::PlotData(st.units, t.num_steps(), t.steps.front(), t.steps.back(),
                                     shows_norm(preset)));
 
-  const bool progress = !opt.quiet && t.num_steps() * t.num_units() > 200000 && t.num_steps() > 5000;
+  const bool progress = !opt.quiet && t.num_steps() > 5000;
   const bool tty = isatty(2) != 0;
   const std::size_t tick = t.num_steps() / 10;
   float g = 0.0f;

@@ -31,7 +31,7 @@ namespace replay {
 
 class PlotData {
  public:
-  static constexpr std::size_t kBuckets = 1200;
+  static constexpr std::size_t kBuckets = 1000;  // < the plot's width in pixels: no column dropped
   static constexpr std::size_t kMaxMarks = 40000;
   static constexpr std::size_t kLines = 5;
 

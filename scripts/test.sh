@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Build gnmr and run its whole CTest suite (unit + packaging tests, and the
-# CUDA tests when nvcc is found).
+# Build gnmr and run every test: the whole CTest suite (unit, packaging, tools,
+# MPI, demo; the CUDA tests build when nvcc is found and skip without a GPU),
+# then scripts/hardening.sh (ASan+UBSan, libFuzzer).
 #
 #   bash scripts/test.sh
 #
 # Environment: BUILD_DIR (default: build), GNMR_CMAKE_ARGS (extra configure
 # arguments, e.g. "-DGNMR_SANITIZE=ON"), GNMR_EXTRA_DEPS (extra Debian
-# packages for install-deps.sh).
+# packages for install-deps.sh), GNMR_HARDENING=0 (skip the hardening pass).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,3 +25,7 @@ gen=()
 cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release ${GNMR_CMAKE_ARGS:-}
 cmake --build "$build" -j"$(nproc)"
 ctest --test-dir "$build" --output-on-failure -j2
+
+# Every test includes the hardening checks: the host tests again under
+# ASan+UBSan and bounded libFuzzer runs (GNMR_HARDENING=0 skips them).
+bash scripts/hardening.sh

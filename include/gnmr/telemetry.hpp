@@ -18,14 +18,13 @@
 // The log takes a StepSummary and a UnitReport array from anywhere: the host
 // controller's summary()/reports(), a DynController, or host copies of the
 // CUDA backend's device buffers. It never asks for them itself, so logging
-// does not bring back a host sync (SPEC §2b, OLMo-core #43). The CUDA path:
-// after step t, the backend enqueues cudaMemcpyAsync of the device
-// StepSummary and UnitReport[N] into one of two pinned host buffers (slot
-// t % 2) on its stream and records a cudaEvent; at step t+1 it waits on
-// step t's event (long done by then, so the wait is free) and calls
-// write(summary[t % 2], reports[t % 2], N, names) — the log runs one step
-// late and the GPU never waits for it. has_events(summary) lets a caller
-// skip the reports entirely on quiet steps (most steps).
+// does not bring back a host sync (SPEC §2b, OLMo-core #43). The CUDA path
+// is gnmr::cuda::TelemetryDrain (gnmr/cuda/telemetry.cuh): after step t a
+// kernel compacts the units with events (none on a quiet step) and an
+// asynchronous copy takes them and the summary to pinned host memory; the
+// host writes them with write_sparse() a step later, when the copy has long
+// finished — the log runs one step late and the GPU never waits for it.
+// has_events(summary) lets a caller skip the reports on quiet steps.
 //
 // Cost per step: a scan of the summary; on a step with events, a scan of
 // the N flags and the formatting of the lines with events into a fixed
@@ -87,20 +86,42 @@ class EventLog {
   // number of lines written. Throws std::runtime_error if the stream fails.
   std::size_t write(const StepSummary& s, const UnitReport* reports, std::size_t n,
                     const std::string* names = nullptr) {
-    if (!has_events(s)) return 0;
     if (reports == nullptr && n > 0) throw std::invalid_argument("gnmr: EventLog: null reports");
+    if (!has_events(s)) return 0;
     std::size_t lines = 0;
+    for (std::size_t i = 0; i < n; ++i) lines += unit_lines(s.step, i, names, reports[i]);
+    return finish_step(s, lines);
+  }
+  // Sparse form: only the units with events, reports[j] belonging to unit
+  // units[j] (ascending), as the CUDA backend's telemetry drain delivers them
+  // (gnmr/cuda/telemetry.cuh). names, if given, has one entry per unit of
+  // the controller, indexed by unit.
+  std::size_t write_sparse(const StepSummary& s, const std::uint32_t* units,
+                           const UnitReport* reports, std::size_t count,
+                           const std::string* names = nullptr) {
+    if ((reports == nullptr || units == nullptr) && count > 0)
+      throw std::invalid_argument("gnmr: EventLog: null sparse reports");
+    if (!has_events(s)) return 0;
+    std::size_t lines = 0;
+    for (std::size_t j = 0; j < count; ++j) lines += unit_lines(s.step, units[j], names, reports[j]);
+    return finish_step(s, lines);
+  }
+
+ private:
+  std::size_t unit_lines(std::int64_t step, std::size_t i, const std::string* names,
+                         const UnitReport& r) {
     constexpr std::uint32_t kAny = kTriggered | kGranted | kDenied | kReleased | kNonFinite;
-    for (std::size_t i = 0; i < n; ++i) {
-      const UnitReport& r = reports[i];
-      if (!(r.flags & kAny)) continue;
-      const std::string* name = names ? &names[i] : nullptr;
-      if (r.flags & kReleased) lines += unit_line(s.step, i, name, "release", kEvRelease, r);
-      if (r.flags & kNonFinite) lines += unit_line(s.step, i, name, "nonfinite", kEvNonFinite, r);
-      if (r.flags & kTriggered) lines += unit_line(s.step, i, name, "trigger", kEvTrigger, r);
-      if (r.flags & kGranted) lines += unit_line(s.step, i, name, "grant", kEvGrant, r);
-      if (r.flags & kDenied) lines += unit_line(s.step, i, name, "deny", kEvDeny, r);
-    }
+    if (!(r.flags & kAny)) return 0;
+    const std::string* name = names ? &names[i] : nullptr;
+    std::size_t lines = 0;
+    if (r.flags & kReleased) lines += unit_line(step, i, name, "release", kEvRelease, r);
+    if (r.flags & kNonFinite) lines += unit_line(step, i, name, "nonfinite", kEvNonFinite, r);
+    if (r.flags & kTriggered) lines += unit_line(step, i, name, "trigger", kEvTrigger, r);
+    if (r.flags & kGranted) lines += unit_line(step, i, name, "grant", kEvGrant, r);
+    if (r.flags & kDenied) lines += unit_line(step, i, name, "deny", kEvDeny, r);
+    return lines;
+  }
+  std::size_t finish_step(const StepSummary& s, std::size_t lines) {
     if (s.skip_step && (opt_.events & kEvGlobalSkip)) {
       begin_line(s.step, -1);
       put("\"name\":\"global\",\"event\":\"global_skip\",\"norm\":null,\"mean\":null,\"ratio\":");
@@ -112,6 +133,8 @@ class EventLog {
     lines_ += lines;
     return lines;
   }
+
+ public:
   // names empty: "unit<i>"; otherwise one name per unit.
   std::size_t write(const StepSummary& s, const UnitReport* reports, std::size_t n,
                     const std::vector<std::string>& names) {

@@ -86,5 +86,6 @@ void test_norms();
 void test_adamw();
 void test_graph_and_no_alloc();
 void test_controller_vs_host();
+void test_telemetry();
 
 }  // namespace gpu_test

@@ -9,3 +9,4 @@
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/cuda/controller.cuh"
 #include "gnmr/cuda/norms.cuh"
+#include "gnmr/cuda/telemetry.cuh"

@@ -35,8 +35,8 @@ once per gradient controller, with every controller from gnmr::presets.
                       none,clip,zclip,adagc,spam,skip-step,stabilizer,gnmr;
                       gnmr-ladder is also accepted)
   --stress S          none | fp8 | fp4: emulated E4M3 / E2M1 quantize-dequantize
-                      of every linear layer's input, per-tensor scale (default fp8)
-  --fault-rate R      probability per step of a fault in one random unit (default 0.03)
+                      of every linear layer's input, per-tensor scale (default fp4)
+  --fault-rate R      probability per step of a fault in one random unit (default 0.05)
   --fault-kind K      scale | nan | mixed (default mixed: 3/4 scale, 1/4 NaN/Inf)
   --fault-factor F    gradient multiplier of a scale fault (default 1000)
   --steps N           optimizer steps per controller (default 300)
@@ -44,8 +44,10 @@ once per gradient controller, with every controller from gnmr::presets.
   --layers N          transformer blocks (default 2)
   --width N           model width, a multiple of 4 (default 64)
   --batch N           sequences per batch, context 64 (default 16)
-  --lr X              peak AdamW learning rate (default 3e-3)
+  --lr X              peak AdamW learning rate (default 1e-2)
   --beta2 X           AdamW beta2 (default 0.95)
+  --max-o N           gnmr presets: units in recovery at once (default: preset's, 4)
+  --gnmr-warmup N     gnmr presets: samples before a verdict (default: preset's, 10)
   --data PATH         a text file, or a directory of text files
                       (default /usr/share/games/fortunes)
   --out DIR           output directory (default gnmr-demo-out)
@@ -98,8 +100,8 @@ double to_double(const std::string& flag, const std::string& v) {
 
 int main(int argc, char** argv) try {
   demo::RunConfig rc;
-  rc.stress = demo::Stress::kFp8;
-  rc.fault_rate = 0.03;
+  rc.stress = demo::Stress::kFp4;
+  rc.fault_rate = 0.05;
   demo::ModelConfig mc;
   std::vector<std::string> controllers = {"none",      "clip",       "zclip", "adagc", "spam",
                                           "skip-step", "stabilizer", "gnmr"};
@@ -132,6 +134,8 @@ int main(int argc, char** argv) try {
     else if (a == "--batch") rc.batch = static_cast<int>(to_long(a, v, 1, 4096));
     else if (a == "--lr") rc.lr = to_double(a, v);
     else if (a == "--beta2") rc.beta2 = to_double(a, v);
+    else if (a == "--max-o") rc.max_o = to_long(a, v, 1, 1000000);
+    else if (a == "--gnmr-warmup") rc.gnmr_warmup = to_long(a, v, 0, 1000000);
     else if (a == "--data") data = v;
     else if (a == "--out") out = v;
     else if (a == "--device") device = v;

@@ -164,14 +164,23 @@ inline std::string plot(const std::string& out, const std::vector<RunResult>& ru
      << "set datafile missing 'nan'\nset multiplot layout 2,1 title \"" << title << "\"\n"
      << "set key outside right\nset xlabel 'step'\nset ylabel 'train loss (EMA 0.9)'\n"
      << "set xrange [0:" << (runs.empty() ? 1 : runs[0].rows.size()) << "]\nset yrange [*:" << num(ymax > 0 ? ymax : 6.0, 2) << "]\nset grid\n";
+  // Distinct colours for up to 10 runs; gnmr thick black, the unstressed
+  // reference dashed grey.
+  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                  "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#7f7f7f"};
   gp << "plot ";
-  for (std::size_t i = 0; i < runs.size(); ++i)
+  for (std::size_t i = 0, c = 0; i < runs.size(); ++i) {
+    std::string style;
+    if (runs[i].controller == "gnmr") style = "lw 2.5 lc rgb 'black'";
+    else if (runs[i].label.rfind("unstressed", 0) == 0) style = "lw 2 dt 2 lc rgb '#777777'";
+    else style = std::string("lw 1.5 lc rgb '") + kColors[c++ % 10] + "'";
     gp << (i ? ", \\\n  " : "") << "'" << out << "/loss.dat' index " << i
-       << " using 1:3 with lines lw 1.5 title '" << runs[i].label << "'";
+       << " using 1:3 with lines " << style << " title '" << runs[i].label << "'";
+  }
   for (std::size_t i = 0; i < runs.size(); ++i)
     if (runs[i].controller == "gnmr")
       gp << ", \\\n  '" << out << "/loss.dat' index " << i
-         << " using 1:4 with points pt 7 ps 0.6 lc rgb 'black' title '" << runs[i].label
+         << " using 1:4 with points pt 7 ps 0.7 lc rgb 'red' title '" << runs[i].label
          << ": grant'";
   gp << "\n";
   if (heat && !heat->ratios.empty()) {

@@ -49,8 +49,10 @@ struct RunConfig {
   int batch = 16;
   int eval_every = 50;
   int val_windows = 128;
-  double lr = 3e-3, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, wd = 0.1;
+  double lr = 1e-2, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, wd = 0.1;
   int warmup = 20;
+  long max_o = 0;  // > 0: override maxO of the gnmr presets
+  long gnmr_warmup = -1;  // >= 0: override the gnmr presets' trigger warm-up
   bool keep_unit_trace = false;  // per-unit norms and ratios (trace + heat map)
   torch::Device device = torch::kCPU;
 };
@@ -82,7 +84,7 @@ struct RunResult {
 inline double lr_at(const RunConfig& c, int step) {
   if (step <= c.warmup) return c.lr * step / c.warmup;
   const double p = static_cast<double>(step - c.warmup) / std::max(1, c.steps - c.warmup);
-  return c.lr * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * p)));
+  return c.lr * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(3.14159265358979323846 * p)));
 }
 
 class AdamW {
@@ -160,7 +162,11 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
   AdamW opt(params, decay, rc);
 
   const bool global = gnmr::presets::is_global(rc.controller);
-  auto ctrl = gnmr::presets::make(rc.controller, global ? 1 : nt);
+  gnmr::presets::Options opts;
+  const bool is_gnmr = rc.controller.rfind("gnmr", 0) == 0;
+  if (rc.max_o > 0 && is_gnmr) opts.max_o = rc.max_o;
+  if (rc.gnmr_warmup >= 0 && is_gnmr) opts.warmup = rc.gnmr_warmup;
+  auto ctrl = gnmr::presets::make(rc.controller, global ? 1 : nt, opts);
   R.controller_units = ctrl->num_units();
   R.max_in_recovery_limit = ctrl->max_in_recovery();
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "gnmr/controller.hpp"
+#include "gnmr/host/norms.hpp"
 #include "gnmr/telemetry.hpp"
 
 // ---- allocation counter (not under ASan, which owns operator new) --------
@@ -402,6 +403,27 @@ TEST_CASE("EventLog allocates nothing per step", "[telemetry]") {
   CHECK(g_allocs == 0);
   CHECK(lines == 200 * (3 * n + 1));
   CHECK(nb.bytes > 0);
+}
+
+// The allocation counter lives in this file, so the per-step promise of
+// gnmr/host/norms.hpp is checked here: once the thread's scratch has grown,
+// a call on a valid layout allocates nothing (the segment checks included).
+TEST_CASE("host_unit_partials allocates nothing per step", "[telemetry][norms]") {
+  using namespace gnmr;
+  const std::uint32_t units = 40;
+  std::vector<float> g(64, 0.5f);
+  std::vector<Segment> segs;
+  for (std::uint32_t i = 0; i < 300; ++i) segs.push_back({g.data(), g.size(), DType::kF32, i % units});
+  std::vector<float> partials(units, -1.0f);
+  host_unit_partials(segs, partials);  // warm: the thread_local scratch grows once
+  g_allocs = 0;
+  g_count_allocs = true;
+  for (int t = 0; t < 50; ++t) host_unit_partials(segs, partials);
+  g_count_allocs = false;
+  CHECK(g_allocs == 0);
+  // 300 / 40 units: units 0..19 own 8 segments, 20..39 own 7; each adds 64 * 0.25.
+  CHECK(partials[0] == 8 * 16.0f);
+  CHECK(partials[39] == 7 * 16.0f);
 }
 #endif
 

@@ -66,19 +66,21 @@ namespace detail {
 template <class Mark>
 void validate_segments(const Segment* segs, std::size_t n_segs, std::size_t num_units,
                        bool need_data, const char* fn, Mark&& mark) {
-  const std::string f = std::string("gnmr: ") + fn + ": ";
-  if (num_units == 0) throw std::invalid_argument(f + "num_units must be >= 1");
-  if (segs == nullptr && n_segs != 0) throw std::invalid_argument(f + "null segment array");
+  // host_unit_partials runs this every step: the messages are built only
+  // when they are thrown, so a valid layout allocates nothing here.
+  const auto f = [fn] { return std::string("gnmr: ") + fn + ": "; };
+  if (num_units == 0) throw std::invalid_argument(f() + "num_units must be >= 1");
+  if (segs == nullptr && n_segs != 0) throw std::invalid_argument(f() + "null segment array");
   for (std::size_t i = 0; i < n_segs; ++i) {
     const Segment& s = segs[i];
-    const std::string at = f + "segment " + std::to_string(i);
-    if (s.numel == 0) throw std::invalid_argument(at + " is empty (numel 0)");
-    if (need_data && s.data == nullptr) throw std::invalid_argument(at + " has null data");
+    const auto at = [&f, i] { return f() + "segment " + std::to_string(i); };
+    if (s.numel == 0) throw std::invalid_argument(at() + " is empty (numel 0)");
+    if (need_data && s.data == nullptr) throw std::invalid_argument(at() + " has null data");
     if (s.dtype != DType::kF32 && s.dtype != DType::kBF16 && s.dtype != DType::kF16)
-      throw std::invalid_argument(at + " has an unknown dtype (" +
+      throw std::invalid_argument(at() + " has an unknown dtype (" +
                                   std::to_string(static_cast<unsigned>(s.dtype)) + ")");
     if (s.unit >= num_units)
-      throw std::invalid_argument(at + " has unit " + std::to_string(s.unit) +
+      throw std::invalid_argument(at() + " has unit " + std::to_string(s.unit) +
                                   ", but num_units is " + std::to_string(num_units));
     mark(s.unit);
   }

@@ -21,7 +21,7 @@ struct L2Norm {
   static constexpr const char* kName = "l2";
   static constexpr Combine kCombine = Combine::kSum;
   GNMR_HOST_DEVICE static float identity() { return 0.0f; }
-  GNMR_HOST_DEVICE static float element(float x) { return x * x; }
+  GNMR_HOST_DEVICE static float element(float x) { return fm::mul(x, x); }
   GNMR_HOST_DEVICE static float combine(float a, float b) { return fm::add(a, b); }
   GNMR_HOST_DEVICE static float finish(float partial, double /*numel*/) {
     return fm::sqrt(partial);
@@ -34,7 +34,7 @@ struct RmsNorm {
   static constexpr const char* kName = "rms";
   static constexpr Combine kCombine = Combine::kSum;
   GNMR_HOST_DEVICE static float identity() { return 0.0f; }
-  GNMR_HOST_DEVICE static float element(float x) { return x * x; }
+  GNMR_HOST_DEVICE static float element(float x) { return fm::mul(x, x); }
   GNMR_HOST_DEVICE static float combine(float a, float b) { return fm::add(a, b); }
   GNMR_HOST_DEVICE static float finish(float partial, double numel) {
     // The division is done in double then rounded once, identical on host and

@@ -384,7 +384,7 @@ inline std::unique_ptr<DynController> make(const std::string& name, std::size_t 
       auto ps = c.policies();
       if (o.tau) ps.trigger.tau = *o.tau;
       if (o.warmup) ps.trigger.warmup = u32("warmup", *o.warmup);
-      c = Spam(num_units, ps.norm, ps.mean, ps.trigger, ps.recovery, ps.budget);
+      c = Spam(num_units, ps.norm, ps.mean, ps.trigger, ps.recovery, ps.budget, ps.opt);
     }
     return make_dyn(std::move(c), name);
   }
@@ -398,8 +398,8 @@ inline std::unique_ptr<DynController> make(const std::string& name, std::size_t 
       auto c = skip_step(num_units, p);
       auto ps = c.policies();
       ps.trigger.warmup = u32("warmup", *o.warmup);
-      return make_dyn(SkipStep(num_units, ps.norm, ps.mean, ps.trigger, ps.recovery, ps.budget),
-                      name);
+      return make_dyn(
+          SkipStep(num_units, ps.norm, ps.mean, ps.trigger, ps.recovery, ps.budget, ps.opt), name);
     }
     return make_dyn(skip_step(num_units, p), name);
   }

@@ -152,7 +152,9 @@ RunStats run_one(const gnmr::Trace& t, const std::string& preset, const replay::
       UnitStats& us = st.per_unit[u];
       if (std::isfinite(rep[u].ratio)) us.max_ratio = std::max(us.max_ratio, rep[u].ratio);
       if (std::isfinite(rep[u].norm)) us.max_norm = std::max(us.max_norm, rep[u].norm);
-      if (st.has_ratio && !(rep[u].flags & (gnmr::kWarmup | gnmr::kNonFinite))) {
+      // A zero norm is not a sample (no ratio): like the summary's max ratio, skip it.
+      constexpr std::uint32_t kNoRatio = gnmr::kWarmup | gnmr::kNonFinite | gnmr::kZeroNorm;
+      if (st.has_ratio && !(rep[u].flags & kNoRatio)) {
         st.ratio_h.add(rep[u].ratio);
         st.delta_h.add(rep[u].delta);
         st.ratio_max = std::max(st.ratio_max, rep[u].ratio);

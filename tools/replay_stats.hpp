@@ -74,7 +74,7 @@ struct RunStats {
   bool has_ratio = true;  // false for presets without a mean (the ratio is n / eps)
   std::vector<std::string> names;
   std::vector<UnitStats> per_unit;
-  LogHist ratio_h, delta_h;  // unit-steps past warm-up with a finite norm
+  LogHist ratio_h, delta_h;  // unit-steps past warm-up with a finite, non-zero norm
   float ratio_max = 0.0f, delta_max = 0.0f;
   double recovered() const {
     return steps && units ? static_cast<double>(in_rec_sum) / (static_cast<double>(steps) * units) : 0.0;

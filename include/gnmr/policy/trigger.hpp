@@ -61,8 +61,10 @@ struct GnmrTriggerT {
       v.flags |= kWarmup;
       return;
     }
-    const float a = fm::div(v.ratio, tau);
-    const float b = fm::div(v.delta, delta);
+    // A threshold at +inf is off: its term is 0, not r/inf, which is NaN for
+    // r = +inf (n near FLT_MAX over a tiny mean) and would sink the risk.
+    const float a = tau < inf_f() ? fm::div(v.ratio, tau) : 0.0f;
+    const float b = delta < inf_f() ? fm::div(v.delta, delta) : 0.0f;
     v.risk = fm::max(fm::max(a, b), 0.0f);
     if (v.ratio > tau || v.delta > delta) v.flags |= kTriggered;
   }

@@ -150,6 +150,8 @@ int main(int argc, char** argv) {
   gnmr::mpi::MpiReducer reducer(MPI_COMM_WORLD);
   std::vector<float> partials(kUnits);
   std::uint64_t digest = 1469598103934665603ull;  // FNV-1a over every decision
+  // The shard buffer never moves, so its segment layout is built once.
+  const std::vector<gnmr::Segment> segs = shard_segments(shard.data(), lo, hi);
 
   for (int step = 1; step <= kSteps; ++step) {
     const float loss = backward(params, teacher, step, rank, size, grad);
@@ -158,7 +160,6 @@ int main(int argc, char** argv) {
     for (float& g : shard) g /= static_cast<float>(size);
 
     // GNMR: partials of the local slice, one all-reduce of N floats, step.
-    const std::vector<gnmr::Segment> segs = shard_segments(shard.data(), lo, hi);
     gnmr::host_unit_partials(segs.data(), segs.size(), partials.data(), kUnits,
                              gnmr::Coverage::kShard);
     const gnmr::StepSummary& sum = gnmr::reduce_and_step(controller, reducer, partials.data(), kUnits);

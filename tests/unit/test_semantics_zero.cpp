@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "gnmr/controller.hpp"
+#include "gnmr/policy/stabilizer.hpp"
 
 using gnmr::GnmrController;
 
@@ -65,4 +66,24 @@ TEST_CASE("a zero norm inside a lock: the lock runs on, scale 1", "[semantics][z
   CHECK(r.flags == (gnmr::kInRecovery | gnmr::kZeroNorm));
   CHECK(r.lock_left == 7);
   CHECK(r.scale == 1.0f);
+}
+
+TEST_CASE("NormReplace keeps zero norms out of its statistics unless they are samples",
+          "[semantics][zero]") {
+  using Stab = gnmr::GnmrController<gnmr::L2Norm, gnmr::NoMean, gnmr::AlwaysTrigger,
+                                    gnmr::NormReplace, gnmr::Unlimited>;
+  Stab c(1);
+  const float one = 1.0f, zero = 0.0f;
+  c.step_norms(&one, 1);
+  const auto before = c.unit_states()[0].recovery;
+  c.step_norms(&zero, 1);
+  CHECK(std::memcmp(&before, &c.unit_states()[0].recovery, sizeof before) == 0);
+  CHECK(c.decisions()[0].scale == 1.0f);
+  // As a sample (the stabilizer preset's setting), the zero advances m and v.
+  gnmr::ControllerOptions opt;
+  opt.zero_is_sample = true;
+  Stab d(1, {}, {}, {}, {}, {}, opt);
+  d.step_norms(&one, 1);
+  d.step_norms(&zero, 1);
+  CHECK(d.unit_states()[0].recovery.m < before.m);
 }

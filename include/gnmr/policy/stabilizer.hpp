@@ -47,6 +47,9 @@ struct NormReplace {
   }
   GNMR_HOST_DEVICE void apply(State& s, const UnitView& v, UnitDecision& d,
                               std::uint32_t&) const {
+    // A zero norm that the controller treats as "no sample" (kZeroNorm)
+    // stays out of these statistics too; its gradient keeps scale 1.
+    if (v.flags & kZeroNorm) return;
     const float target = advance(s, v.norm);
     if ((v.flags & kInRecovery) && v.norm > 0.0f) d.scale = fm::div(target, v.norm);
   }

@@ -39,12 +39,15 @@ namespace detail {
 
 constexpr int kDrainThreads = 256;
 
-// One block: the events of step t, compacted in unit order.
-__global__ void __launch_bounds__(kDrainThreads)
+// One block: the events of step t, compacted in unit order. A template so
+// that the header can be included by several translation units (one
+// definition per instantiation, merged by the linker).
+template <int Threads = kDrainThreads>
+__global__ void __launch_bounds__(Threads)
     compact_events(const UnitReport* __restrict__ rep, const StepSummary* __restrict__ summary,
                    std::uint32_t n, std::uint32_t capacity, std::uint32_t* __restrict__ out_units,
                    UnitReport* __restrict__ out_rep, std::uint32_t* __restrict__ out_count) {
-  using Scan = cub::BlockScan<std::uint32_t, kDrainThreads>;
+  using Scan = cub::BlockScan<std::uint32_t, Threads>;
   __shared__ typename Scan::TempStorage tmp;
   const StepSummary s = *summary;
   if ((s.triggered | s.granted | s.denied | s.released | s.nonfinite | s.skip_step) == 0u) {
@@ -54,7 +57,7 @@ __global__ void __launch_bounds__(kDrainThreads)
   }
   constexpr std::uint32_t kAny = kTriggered | kGranted | kDenied | kReleased | kNonFinite;
   std::uint32_t base = 0;
-  for (std::uint32_t tile = 0; tile < n; tile += kDrainThreads) {
+  for (std::uint32_t tile = 0; tile < n; tile += Threads) {
     const std::uint32_t i = tile + threadIdx.x;
     const std::uint32_t has = (i < n && (rep[i].flags & kAny)) ? 1u : 0u;
     std::uint32_t pos = 0, total = 0;
@@ -115,7 +118,7 @@ class TelemetryDrain {
       write(mine, log, names);
     }
     auto* d = static_cast<unsigned char*>(dev_.get());
-    detail::compact_events<<<1, detail::kDrainThreads, 0, stream>>>(
+    detail::compact_events<detail::kDrainThreads><<<1, detail::kDrainThreads, 0, stream>>>(
         ctl.reports(), ctl.summary(), n_, cap_, units_of(d), reps_of(d), count_of(d));
     check(cudaGetLastError(), "TelemetryDrain: compact_events launch");
     check(cudaMemcpyAsync(summary_of(mine.host), ctl.summary(), sizeof(StepSummary),

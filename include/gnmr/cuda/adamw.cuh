@@ -103,14 +103,7 @@ class AdamWPlan {
   AdamWPlan(const gnmr::detail::AdamWLayout& L, void* d_workspace, std::size_t ws_bytes)
       : units_(L.unit_chunks.size()), chunks_(L.chunks.size()), elements_(L.elements), bytes_(L.bytes) {
     const std::size_t need = carve(nullptr, chunks_, units_).bytes;
-    void* base = d_workspace;
-    if (base == nullptr) {
-      own_ = DeviceBuffer(need, "AdamWPlan: cudaMalloc");
-      base = own_.get();
-    } else if (ws_bytes < need) {
-      throw std::invalid_argument("gnmr: AdamWPlan: workspace of " + std::to_string(ws_bytes) + " bytes, " +
-                                  std::to_string(need) + " needed");
-    }
+    void* base = acquire_workspace(own_, d_workspace, ws_bytes, need, "AdamWPlan");
     v_ = carve(base, chunks_, units_);
     check(cudaMemcpy(v_.chunks, L.chunks.data(), chunks_ * sizeof(gnmr::detail::AdamWChunk),
                      cudaMemcpyHostToDevice),

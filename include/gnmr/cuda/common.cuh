@@ -78,6 +78,22 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+// The two-phase workspace rule of every plan and controller: a null
+// workspace means "allocate `need` bytes into own"; a caller's workspace
+// must hold at least `need` bytes (and outlive the object).
+inline void* acquire_workspace(DeviceBuffer& own, void* workspace, std::size_t ws_bytes,
+                               std::size_t need, const char* who) {
+  if (workspace == nullptr) {
+    own = DeviceBuffer(need, (std::string(who) + ": cudaMalloc").c_str());
+    return own.get();
+  }
+  if (ws_bytes < need)
+    throw std::invalid_argument(std::string("gnmr: ") + who + ": workspace of " +
+                                std::to_string(ws_bytes) + " bytes, " + std::to_string(need) +
+                                " needed");
+  return workspace;
+}
+
 // Carves aligned sub-buffers out of one allocation (or out of a caller's
 // workspace): a dry run with base == nullptr measures the size.
 class Carver {

@@ -65,14 +65,7 @@ class DeviceController {
         p_{norm, mean, trigger, recovery, budget, opt},
         n_(num_units) {
     const std::size_t need = carve(nullptr, n_, budget).bytes;
-    void* base = d_workspace;
-    if (base == nullptr) {
-      own_ = DeviceBuffer(need, "DeviceController: cudaMalloc");
-      base = own_.get();
-    } else if (ws_bytes < need) {
-      throw std::invalid_argument("gnmr: DeviceController: workspace of " + std::to_string(ws_bytes) +
-                                  " bytes, " + std::to_string(need) + " needed");
-    }
+    void* base = acquire_workspace(own_, d_workspace, ws_bytes, need, "DeviceController");
     b_ = carve(base, n_, budget);
     check(cudaMemset(b_.counters, 0, 2 * sizeof(unsigned int)), "DeviceController: init");
     check(cudaMemset(b_.dec, 0, n_ * sizeof(UnitDecision)), "DeviceController: init");

@@ -99,14 +99,7 @@ class NormPlan {
   NormPlan(const gnmr::detail::NormLayout& L, void* d_workspace, std::size_t ws_bytes)
       : num_units_(L.num_units()), num_chunks_(L.chunks.size()), bytes_(L.bytes), elements_(L.elements) {
     const std::size_t need = carve(num_chunks_, num_units_, nullptr).bytes;
-    void* base = d_workspace;
-    if (base == nullptr) {
-      own_ = DeviceBuffer(need, "NormPlan: cudaMalloc");
-      base = own_.get();
-    } else if (ws_bytes < need) {
-      throw std::invalid_argument("gnmr: NormPlan: workspace of " + std::to_string(ws_bytes) +
-                                  " bytes, " + std::to_string(need) + " needed");
-    }
+    void* base = acquire_workspace(own_, d_workspace, ws_bytes, need, "NormPlan");
     v_ = carve(num_chunks_, num_units_, base);
     check(cudaMemcpy(v_.chunks, L.chunks.data(), num_chunks_ * sizeof(gnmr::detail::NormChunk),
                      cudaMemcpyHostToDevice),

@@ -81,14 +81,7 @@ class TraceReader {
     const char* e = nullptr;
     if (!next_content_line(b, e)) return false;
     const std::size_t n = names_.size();
-    std::size_t col = 0;
-    const char* p = b;
-    for (;;) {
-      const char* q = p;
-      while (q != e && *q != ',') ++q;
-      const char* cb = p;
-      const char* ce = q;
-      detail::trim(cb, ce);
+    const std::size_t cols = for_each_cell(b, e, [&](std::size_t col, const char* cb, const char* ce) {
       if (col == 0) {
         std::int64_t s = 0;
         if (cb == ce) fail("empty step cell (expected an integer step number)");
@@ -111,13 +104,10 @@ class TraceReader {
                "' (column " + std::to_string(col + 1) + ")");
         norms[col - 1] = v;
       }
-      ++col;
-      if (q == e) break;
-      p = q + 1;
-    }
-    if (col != n + 1)
+    });
+    if (cols != n + 1)
       fail("expected " + std::to_string(n + 1) + " cells (step + " + std::to_string(n) +
-           " units, as in the header), got " + std::to_string(col));
+           " units, as in the header), got " + std::to_string(cols));
     last_step_ = step;
     ++rows_;
     return true;
@@ -125,6 +115,23 @@ class TraceReader {
 
  private:
   [[noreturn]] void fail(const std::string& msg) const { throw TraceError(line_, msg); }
+
+  // Calls f(column, begin, end) for each comma-separated, trimmed cell of
+  // [b, e) (an empty line is one empty cell); returns the number of cells.
+  template <class F>
+  static std::size_t for_each_cell(const char* b, const char* e, F&& f) {
+    std::size_t col = 0;
+    for (const char* p = b;; ++col) {
+      const char* q = p;
+      while (q != e && *q != ',') ++q;
+      const char* cb = p;
+      const char* ce = q;
+      detail::trim(cb, ce);
+      f(col, cb, ce);
+      if (q == e) return col + 1;
+      p = q + 1;
+    }
+  }
 
   // The next line that is neither blank nor a '#' comment, trimmed.
   bool next_content_line(const char*& b, const char*& e) {
@@ -146,14 +153,7 @@ class TraceReader {
     if (!next_content_line(b, e))
       throw TraceError(line_ + 1, "empty trace: expected a header line 'step,<unit1>,<unit2>,...'");
     std::unordered_map<std::string, std::size_t> seen;
-    std::size_t col = 0;
-    const char* p = b;
-    for (;;) {
-      const char* q = p;
-      while (q != e && *q != ',') ++q;
-      const char* cb = p;
-      const char* ce = q;
-      detail::trim(cb, ce);
+    for_each_cell(b, e, [&](std::size_t col, const char* cb, const char* ce) {
       if (col == 0) {
         if (std::string(cb, ce) != "step") {
           std::int64_t dummy = 0;
@@ -177,10 +177,7 @@ class TraceReader {
         seen.emplace(name, col);
         names_.push_back(std::move(name));
       }
-      ++col;
-      if (q == e) break;
-      p = q + 1;
-    }
+    });
     if (names_.empty()) fail("header names no units: expected 'step,<unit1>,<unit2>,...'");
   }
 

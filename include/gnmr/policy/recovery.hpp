@@ -4,7 +4,10 @@
 // budget has decided; v.flags tells whether the unit is kInRecovery and
 // whether it was kGranted this step. An action writes the UnitDecision
 // (scale, kSkip / kResetMoments / kPromote) and may ask for a global skip.
-// A unit not in recovery keeps scale 1 and no action flags. kSkip always
+// apply() also runs on a kZeroNorm step (no gradient; a lock in progress
+// keeps its flags), so an action with statistics of its own must leave them
+// alone there, as NormReplace does. A unit not in recovery keeps scale 1 and
+// no action flags. kSkip always
 // comes with scale 0, and consumers must *select* on kSkip rather than
 // multiply by the scale (0 * NaN is NaN).
 #pragma once

@@ -7,9 +7,8 @@
 // apply() also runs on a kZeroNorm step (no gradient; a lock in progress
 // keeps its flags), so an action with statistics of its own must leave them
 // alone there, as NormReplace does. A unit not in recovery keeps scale 1 and
-// no action flags. kSkip always
-// comes with scale 0, and consumers must *select* on kSkip rather than
-// multiply by the scale (0 * NaN is NaN).
+// no action flags. kSkip always comes with scale 0, and consumers must
+// *select* on kSkip rather than multiply by the scale (0 * NaN is NaN).
 #pragma once
 
 #include <cstdint>

@@ -251,7 +251,7 @@ void bench_adamw(double copy_bw, cudaStream_t s) {
   const auto guarded = [&] {
     BK(gnmr::cuda::unit_partials(plan, partials.as<float>(), s));
     BK(ctl.step(partials.as<float>(), s));
-    BK(gnmr::cuda::adamw_step(opt, h, ctl.decisions(), s));
+    BK(gnmr::cuda::adamw_step(opt, h, ctl.decisions(), s, nullptr, ctl.summary()));
   };
   const double gs = median_ms(guarded, s);
   report("guarded AdamW step (norms+ctl+AdamW, 32 B/param)", L.name, gs, 32.0 * n, 32.0 * n / copy_bw * 1e3,

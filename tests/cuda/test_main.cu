@@ -226,6 +226,7 @@ void test_adamw() {
   h.lr = 3e-3f;
   h.weight_decay = 0.05f;
   Dev<gnmr::UnitDecision> ddec(units);
+  Dev<gnmr::StepSummary> dsum(1);
   const std::vector<float> p5_before = ts[6]->p;
   for (int step = 1; step <= 6; ++step) {
     for (std::size_t k = 0; k < specs.size(); ++k) {
@@ -250,8 +251,12 @@ void test_adamw() {
     if (step >= 3) dec[3] = {0.5f, gnmr::kInRecovery};
     if (step == 4) dec[1] = {0.25f, gnmr::kResetMoments | gnmr::kInRecovery};
     ddec.upload(dec);
-    CK(gnmr::cuda::adamw_step(plan, h, ddec.p, 0));
-    gnmr::detail::emulate_adamw_step(L, h, h.lr, dec.data(), hstate);
+    // Step 5: the controller suggested a global skip; nothing may change.
+    gnmr::StepSummary sum{};
+    sum.skip_step = step == 5 ? 1u : 0u;
+    dsum.upload(std::vector<gnmr::StepSummary>{sum});
+    CK(gnmr::cuda::adamw_step(plan, h, ddec.p, 0, nullptr, dsum.p));
+    gnmr::detail::emulate_adamw_step(L, h, h.lr, dec.data(), hstate, sum.skip_step != 0u);
   }
   CK(cudaDeviceSynchronize());
   std::size_t diff = 0;
@@ -275,7 +280,7 @@ void test_adamw() {
                ds[u].beta2_pow == hstate[u].beta2_pow,
            "unit %zu AdamW state: step %lld vs host %lld", u, static_cast<long long>(ds[u].step),
            static_cast<long long>(hstate[u].step));
-  EXPECT(hstate[5].step == 0 && hstate[6].step == 0 && hstate[2].step == 5 && hstate[0].step == 5,
+  EXPECT(hstate[5].step == 0 && hstate[6].step == 0 && hstate[2].step == 4 && hstate[0].step == 4,
          "host replay bookkeeping (test's own expectation)");
 }
 

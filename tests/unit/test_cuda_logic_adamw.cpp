@@ -192,6 +192,33 @@ TEST_CASE("AdamW step replay over a multi-tensor layout", "[cuda-logic][adamw]")
   }
 }
 
+TEST_CASE("AdamW step replay honours a suggested global skip", "[cuda-logic][adamw]") {
+  std::mt19937_64 rng(99);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  const std::size_t n = 3000;
+  std::vector<float> p(n), m(n), v(n), g(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    p[i] = d(rng);
+    m[i] = 0.1f * d(rng);
+    v[i] = 0.01f * std::fabs(d(rng));
+    g[i] = d(rng);
+  }
+  g[7] = std::numeric_limits<float>::quiet_NaN();  // would poison an update
+  const std::vector<float> p0 = p, m0 = m, v0 = v;
+  const gnmr::AdamWTensor t{p.data(), g.data(), m.data(), v.data(), n, gnmr::DType::kF32, 0};
+  const auto L = gnmr::detail::build_adamw_layout(&t, 1, 1, 1024);
+  std::vector<AdamWUnitState> st(1, gnmr::detail::adamw_unit_init());
+  const UnitDecision dec{1.0f, 0u};  // the unit itself is not skipped
+  gnmr::detail::emulate_adamw_step(L, hyper(), hyper().lr, &dec, st, /*global_skip=*/true);
+  CHECK(st[0].step == 0);
+  CHECK(p == p0);
+  CHECK(m == m0);
+  CHECK(v == v0);
+  gnmr::detail::emulate_adamw_step(L, hyper(), hyper().lr, &dec, st, false);
+  CHECK(st[0].step == 1);
+  CHECK(std::isnan(p[7]));  // without the skip the NaN is not hidden
+}
+
 TEST_CASE("AdamW layout and hyperparameters are validated", "[cuda-logic][adamw]") {
   std::vector<float> a(16);
   using gnmr::detail::build_adamw_layout;

@@ -2,6 +2,7 @@
 // apply a controller's decisions (SPEC §3 step (d)).
 //
 //   const gnmr::UnitDecision d = gnmr::cuda::decision(decisions, unit);  // one 8-byte load
+//   if (gnmr::cuda::step_skipped(summary)) return;  // a suggested global skip
 //   if (gnmr::cuda::should_skip(d)) return;      // select: nothing is read or written
 //   if (gnmr::cuda::reset_moments(d)) { m = 0; v = 0; }
 //   g *= gnmr::cuda::grad_scale(d);
@@ -43,6 +44,13 @@ __device__ __forceinline__ bool reset_moments(const UnitDecision& d) {
   return (d.flags & kResetMoments) != 0u;
 }
 __device__ __forceinline__ bool promote(const UnitDecision& d) { return (d.flags & kPromote) != 0u; }
+
+// The step's global skip suggestion (GlobalSkip, Ladder's top rung), read
+// from the controller's device summary: an optimizer that honours it
+// returns before touching anything, whatever the unit's own decision.
+__device__ __forceinline__ bool step_skipped(const StepSummary* s) {
+  return __ldg(&s->skip_step) != 0u;
+}
 
 // old value if the unit is skipped, else the update: a select, so a NaN in
 // `updated` never escapes a skipped unit.

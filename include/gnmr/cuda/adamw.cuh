@@ -190,8 +190,11 @@ __global__ void __launch_bounds__(gnmr::detail::kAdamWThreads)
     adamw_kernel(const gnmr::detail::AdamWChunk* __restrict__ chunks, AdamWParams h,
                  const float* __restrict__ d_lr, const UnitDecision* __restrict__ dec,
                  gnmr::detail::AdamWUnitState* ust, const std::uint32_t* __restrict__ unit_chunks,
-                 unsigned int* counters) {
+                 unsigned int* counters, const StepSummary* __restrict__ summary) {
   __shared__ int s_last;
+  // A suggested global skip (GlobalSkip, Ladder's top rung) leaves every
+  // tensor and every unit's state as it was, like a skipped unit.
+  if (summary != nullptr && step_skipped(summary)) return;
   const gnmr::detail::AdamWChunk c = chunks[blockIdx.x];
   const UnitDecision d = dec ? decision(dec, c.unit) : UnitDecision{1.0f, 0u};
   if (d.flags & kSkip) return;  // the whole unit: nothing read, nothing written, state kept
@@ -220,16 +223,20 @@ __global__ void __launch_bounds__(gnmr::detail::kAdamWThreads)
 
 // One AdamW step over every tensor of the plan. decisions: the controller's
 // device array (num_units, 8-byte aligned), or nullptr for an unguarded
-// step. d_lr: optional device pointer overriding h.lr. Enqueue only;
-// throws std::invalid_argument for invalid hyperparameters.
+// step. d_lr: optional device pointer overriding h.lr. d_summary: the
+// controller's summary (DeviceController::summary()); when given, a step
+// whose skip_step is set (GlobalSkip, Ladder's top rung) changes nothing —
+// pass it whenever the recovery policy can ask for a global skip. Enqueue
+// only; throws std::invalid_argument for invalid hyperparameters.
 inline cudaError_t adamw_step(AdamWPlan& plan, const AdamWParams& h, const UnitDecision* decisions,
-                              cudaStream_t stream = 0, const float* d_lr = nullptr) {
+                              cudaStream_t stream = 0, const float* d_lr = nullptr,
+                              const StepSummary* d_summary = nullptr) {
   if (plan.num_chunks() == 0) return cudaErrorInvalidValue;
   const std::string bad = h.check();  // empty strings: no heap allocation
   if (!bad.empty()) throw std::invalid_argument(bad);
   detail::adamw_kernel<<<static_cast<unsigned int>(plan.num_chunks()), gnmr::detail::kAdamWThreads, 0,
                          stream>>>(plan.d_chunks(), h, d_lr, decisions, plan.d_unit_states(),
-                                   plan.d_unit_chunks(), plan.d_counters());
+                                   plan.d_unit_chunks(), plan.d_counters(), d_summary);
   return cudaGetLastError();
 }
 

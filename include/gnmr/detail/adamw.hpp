@@ -209,9 +209,12 @@ GNMR_HOST_DEVICE float load_grad(const void* g, std::uint32_t dtype, std::uint32
 }
 
 // Host replay of one guarded step over a layout of host pointers: what the
-// kernel writes, bit for bit. decisions may be null (unguarded).
+// kernel writes, bit for bit. decisions may be null (unguarded);
+// global_skip is the summary's skip_step when the kernel is given it.
 inline void emulate_adamw_step(const AdamWLayout& L, const AdamWParams& h, float lr,
-                               const UnitDecision* decisions, std::vector<AdamWUnitState>& units) {
+                               const UnitDecision* decisions, std::vector<AdamWUnitState>& units,
+                               bool global_skip = false) {
+  if (global_skip) return;
   std::vector<AdamWCoef> coef(units.size());
   for (std::size_t u = 0; u < units.size(); ++u) {
     if (L.unit_chunks[u] == 0) continue;  // no block of the kernel touches it

@@ -68,17 +68,21 @@ class AdamWPlan {
   unsigned int* d_counters() const { return v_.counters; }
   UnitState* d_unit_states() const { return v_.state; }
 
-  // Per-unit step counters and beta powers (blocking copies).
+  // Per-unit step counters and beta powers (blocking copies, device-wide
+  // synchronisation).
   std::vector<UnitState> copy_unit_states() const {
     std::vector<UnitState> h(units_);
+    device_barrier("AdamWPlan::copy_unit_states");  // a step on any stream has finished
     check(cudaMemcpy(h.data(), v_.state, units_ * sizeof(UnitState), cudaMemcpyDeviceToHost),
           "AdamWPlan::copy_unit_states");
     return h;
   }
   void restore_unit_states(const std::vector<UnitState>& s) {
     if (s.size() != units_) throw std::invalid_argument("gnmr: AdamWPlan::restore_unit_states: size mismatch");
+    device_barrier("AdamWPlan::restore_unit_states");  // no step in flight still reads the state
     check(cudaMemcpy(v_.state, s.data(), units_ * sizeof(UnitState), cudaMemcpyHostToDevice),
           "AdamWPlan::restore_unit_states");
+    device_barrier("AdamWPlan::restore_unit_states");
   }
   void reset() { restore_unit_states(std::vector<UnitState>(units_, gnmr::detail::adamw_unit_init())); }
 

@@ -39,6 +39,15 @@ inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(e, what);
 }
 
+// The barrier of every setup-time upload and blocking download. cudaMemset
+// and a cudaMemcpy from pageable host memory may return before the device
+// has finished them, and both are ordered only against the legacy default
+// stream: without it, a step enqueued right after construction on a
+// cudaStreamNonBlocking stream could read a half-written table or counter,
+// and a "blocking" copy could read results of a step still running there.
+// Setup and debugging paths only, never a step.
+inline void device_barrier(const char* what) { check(cudaDeviceSynchronize(), what); }
+
 // Owning device allocation (cudaMalloc/cudaFree). Movable, not copyable.
 class DeviceBuffer {
  public:

@@ -108,8 +108,10 @@ class DeviceController {
         throw std::invalid_argument("gnmr: set_unit_numel: unit " + std::to_string(i) + " has 0 elements");
       d[i] = static_cast<double>(numel[i]);
     }
+    device_barrier("DeviceController::set_unit_numel");  // no step may be reading numel
     check(cudaMemcpy(b_.numel, d.data(), n * sizeof(double), cudaMemcpyHostToDevice),
           "DeviceController::set_unit_numel");
+    device_barrier("DeviceController::set_unit_numel");
     numel_set_ = true;
   }
   void set_unit_numel(const std::vector<std::uint64_t>& numel) { set_unit_numel(numel.data(), numel.size()); }
@@ -129,7 +131,7 @@ class DeviceController {
   }
 
   // Blocking host copies (tests, checkpoints, debugging): they synchronise
-  // the device.
+  // the whole device first, so they see a step enqueued on any stream.
   std::vector<UnitDecision> copy_decisions() const { return download(b_.dec, n_); }
   std::vector<UnitReport> copy_reports() const { return download(b_.rep, n_); }
   std::vector<UnitState> copy_unit_states() const { return download(b_.state, n_); }
@@ -143,11 +145,13 @@ class DeviceController {
   // unit_states()). Synchronous.
   void restore(const std::vector<UnitState>& st, std::int64_t step) {
     if (st.size() != n_) throw std::invalid_argument("gnmr: DeviceController::restore: unit count mismatch");
+    device_barrier("DeviceController::restore");  // no step in flight may still use the state
     check(cudaMemcpy(b_.state, st.data(), n_ * sizeof(UnitState), cudaMemcpyHostToDevice),
           "DeviceController::restore");
     check(cudaMemcpy(b_.step, &step, sizeof step, cudaMemcpyHostToDevice), "DeviceController::restore");
     const StepSummary zero{};
     check(cudaMemcpy(b_.summary, &zero, sizeof zero, cudaMemcpyHostToDevice), "DeviceController::restore");
+    device_barrier("DeviceController::restore");
   }
 
  private:
@@ -237,6 +241,7 @@ class DeviceController {
   template <class T>
   static std::vector<T> download(const T* d, std::size_t n) {
     std::vector<T> h(n);
+    device_barrier("DeviceController: download");
     check(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), "DeviceController: download");
     return h;
   }

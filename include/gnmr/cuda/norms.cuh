@@ -46,7 +46,7 @@ class NormPlan {
 
   // Validates the segments like host_unit_partials (std::invalid_argument),
   // builds the chunk table, allocates its device workspace and uploads the
-  // table (synchronously: setup time, not step time).
+  // table (synchronously, device-wide: setup time, not step time).
   NormPlan(const Segment* segs, std::size_t n_segs, std::size_t num_units,
            NormPlanOptions opt = {})
       : NormPlan(gnmr::detail::build_norm_layout(segs, n_segs, num_units, opt.chunk_elems), nullptr,
@@ -108,6 +108,7 @@ class NormPlan {
                      cudaMemcpyHostToDevice),
           "NormPlan: upload unit index");
     check(cudaMemset(v_.counters, 0, num_units_ * sizeof(unsigned int)), "NormPlan: zero counters");
+    device_barrier("NormPlan: upload");
   }
 
   DeviceBuffer own_;

@@ -84,6 +84,10 @@ class TelemetryDrain {
       throw std::invalid_argument("gnmr: TelemetryDrain: num_units must be in [1, 2^31-1]");
     if (capacity == 0) throw std::invalid_argument("gnmr: TelemetryDrain: capacity must be >= 1");
     dev_ = DeviceBuffer(bytes_per_slot(), "TelemetryDrain: cudaMalloc");
+    // Every step copies the whole slot, kept entries or not: zero it once so
+    // no copy reads uninitialised memory (compute-sanitizer initcheck).
+    check(cudaMemset(dev_.get(), 0, bytes_per_slot()), "TelemetryDrain: cudaMemset");
+    device_barrier("TelemetryDrain: cudaMemset");
     for (Slot& sl : slot_) {
       check(cudaHostAlloc(&sl.host, bytes_per_slot(), cudaHostAllocDefault),
             "TelemetryDrain: cudaHostAlloc");
@@ -112,10 +116,24 @@ class TelemetryDrain {
                                   std::to_string(n_));
     Slot& prev = slot_[(k_ + 1) % 2];
     Slot& mine = slot_[k_ % 2];
-    if (prev.pending && cudaEventQuery(prev.done) == cudaSuccess) write(prev, log, names);
+    // Oldest first: mine holds step k-2, prev step k-1. mine is still
+    // pending only when it was not done at the last call; writing prev
+    // first would then put step k-1's lines before step k-2's.
     if (mine.pending) {  // enqueued two steps ago and still unwritten
       check(cudaEventSynchronize(mine.done), "TelemetryDrain: cudaEventSynchronize");
       write(mine, log, names);
+    }
+    if (prev.pending) {
+      const cudaError_t q = cudaEventQuery(prev.done);
+      if (q == cudaSuccess) {
+        write(prev, log, names);
+      } else if (q == cudaErrorNotReady) {
+        // Not an error, but the runtime may keep it as the last error, and
+        // the launch check below (cudaGetLastError) would then throw it.
+        (void)cudaGetLastError();
+      } else {
+        check(q, "TelemetryDrain: cudaEventQuery");
+      }
     }
     auto* d = static_cast<unsigned char*>(dev_.get());
     detail::compact_events<detail::kDrainThreads><<<1, detail::kDrainThreads, 0, stream>>>(

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -167,13 +168,23 @@ void test_norms() {
                                      {5000, DType::kF16, 1, 3, 0},   {77777, DType::kBF16, 1, 0, 0},
                                      {9, DType::kF16, 2, 0, 0}};
   Mirror m(mixed, 77);
+  if (!m.dev_base) {
+    EXPECT(false, "cudaMalloc failed");
+    return;
+  }
   check_norms<gnmr::L2Norm>("l2 mixed", m, 3, 65536);
   const auto dsegs = m.segments(true);
   const std::size_t bytes = gnmr::cuda::NormPlan::workspace_bytes(dsegs.data(), dsegs.size(), 3);
   Dev<unsigned char> ws(bytes);
+  // Poisoned workspace and output: the plan must zero its own counters, and
+  // the output buffer may reuse check_norms' freed one, which already holds
+  // exactly the expected bits.
+  CK(cudaMemset(ws.p, 0xA5, bytes));
   gnmr::cuda::NormPlan plan(dsegs.data(), dsegs.size(), 3, ws.p, bytes);
   Dev<float> out(3);
+  CK(cudaMemset(out.p, 0xFF, 3 * sizeof(float)));
   CK(gnmr::cuda::unit_partials(plan, out.p, 0));
+  CK(cudaDeviceSynchronize());
   const auto hsegs = m.segments(false);
   const auto emu = gnmr::detail::emulate_unit_partials<gnmr::L2Norm>(
       gnmr::detail::build_norm_layout(hsegs.data(), hsegs.size(), 3));
@@ -290,9 +301,15 @@ int main() {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
-    std::printf("gnmr_cuda_tests: no usable CUDA device (%s): skipped\n",
-                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    return 77;
+    // On the GPU machine (bench/gpu.sh sets GNMR_REQUIRE_GPU=1) "no device"
+    // means a broken setup, e.g. a driver older than this runtime
+    // (cudaErrorInsufficientDriver): fail loudly instead of skipping.
+    const char* req = std::getenv("GNMR_REQUIRE_GPU");
+    const bool required = req && req[0] == '1';
+    std::printf("gnmr_cuda_tests: no usable CUDA device (%s): %s\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices",
+                required ? "FAILED (GNMR_REQUIRE_GPU=1)" : "skipped");
+    return required ? 1 : 77;
   }
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -114,9 +115,12 @@ int main() {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
-    std::printf("nccl_reducer_gpu: no usable GPU (%s): skipped\n",
-                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    return 77;
+    const char* req = std::getenv("GNMR_REQUIRE_GPU");  // set by bench/gpu.sh
+    const bool required = req && req[0] == '1';
+    std::printf("nccl_reducer_gpu: no usable GPU (%s): %s\n",
+                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices",
+                required ? "FAILED (GNMR_REQUIRE_GPU=1)" : "skipped");
+    return required ? 1 : 77;
   }
   Devices D;
   D.n = count < 4 ? count : 4;

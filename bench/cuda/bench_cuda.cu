@@ -61,6 +61,7 @@ double median_ms(F&& launch, cudaStream_t s, int reps = -1, int warm = 3) {
   cudaEvent_t a, b;
   BK(cudaEventCreate(&a));
   BK(cudaEventCreate(&b));
+  BK(cudaDeviceSynchronize());  // no setup work (any stream) may overlap the runs
   for (int i = 0; i < warm; ++i) launch();
   BK(cudaStreamSynchronize(s));
   std::vector<float> t;
@@ -104,9 +105,13 @@ __global__ void fill_kernel(void* p, std::uint64_t n, int dtype, std::uint64_t s
       static_cast<std::uint16_t*>(p)[i] = gnmr::float_to_bf16(x);
   }
 }
+// Setup: runs on the legacy default stream, which the benchmarks' non-blocking
+// stream does not wait for, so it finishes before returning; otherwise the
+// first timed runs would overlap the fill (and read half-filled data).
 void fill(void* p, std::uint64_t n, int dtype, std::uint64_t seed, float scale) {
   fill_kernel<<<132 * 16, 256>>>(p, n, dtype, seed, scale);
   BK(cudaGetLastError());
+  BK(cudaDeviceSynchronize());
 }
 
 // Read roofline: every byte once, 16-byte loads, four in flight per thread.
@@ -230,6 +235,7 @@ void bench_adamw(double copy_bw, cudaStream_t s) {
   // Moments must be valid (v >= 0): start them at zero like a fresh optimizer.
   BK(cudaMemset(m.buf.get(), 0, m.bytes));
   BK(cudaMemset(v.buf.get(), 0, v.bytes));
+  BK(cudaDeviceSynchronize());  // cudaMemset is asynchronous and on the legacy stream
   std::vector<gnmr::Segment> segs;
   std::vector<gnmr::AdamWTensor> ts;
   for (std::size_t i = 0; i < L.numel.size(); ++i) {

@@ -5,6 +5,7 @@
 // the virtual save()/load().
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -356,3 +357,43 @@ TEST_CASE("DynAdapter wraps any controller; partials and unit sizes go through",
 }
 
 }  // namespace
+
+TEST_CASE("with_preset hands over the controller that make() wraps", "[dyn][presets]") {
+  // The CUDA facade (gnmr::cuda::make_device) is built on with_preset: the
+  // typed controller it receives must be make()'s, policies and overrides
+  // included: same blob header (policy fingerprint, state size, steps) and
+  // the same decisions and reports on the same partials. (The payloads are
+  // not compared byte for byte: a UnitState's padding bytes are unspecified.)
+  gnmr::presets::Options o;
+  o.max_o = 2;
+  o.tau = 2.5f;
+  for (const std::string& name : gnmr::presets::names()) {
+    const bool gnmr_like = name.rfind("gnmr", 0) == 0;
+    const gnmr::presets::Options& opt = gnmr_like ? o : gnmr::presets::Options{};
+    const std::size_t n = gnmr::presets::is_global(name) ? 1 : 5;
+    auto dyn = gnmr::presets::make(name, n, opt);
+    std::vector<std::vector<float>> trace = {{1.0f, 4.0f, 1.0f, 0.5f, 2.0f}, {1.1f, 3.9f, 0.9f, 0.6f, 2.1f},
+                                             {1.0f, 400.0f, 1.0f, 0.5f, 2.0f}};
+    for (auto& p : trace) p.resize(n);
+    const auto blob = gnmr::presets::with_preset(name, n, opt, [&](auto c) {
+      for (const auto& p : trace) {
+        dyn->step(p);
+        c.step(p.data(), n);
+        for (std::size_t i = 0; i < n; ++i) {
+          CHECK(c.decisions()[i].flags == dyn->decisions()[i].flags);
+          CHECK(c.decisions()[i].scale == dyn->decisions()[i].scale);
+          CHECK(c.reports()[i].risk == dyn->reports()[i].risk);
+        }
+      }
+      return gnmr::save_state(c);
+    });
+    const auto other = dyn->save();
+    REQUIRE(blob.size() == other.size());
+    CHECK(std::equal(blob.begin(), blob.begin() + gnmr::kStateHeaderBytes, other.begin()));
+    const std::uint32_t slots =
+        gnmr::presets::with_preset(name, n, opt, [](auto c) { return c.policies().budget.slots(); });
+    CHECK(slots == dyn->max_in_recovery());
+    if (gnmr_like) CHECK(slots == 2u);
+  }
+  CHECK_THROWS_AS(gnmr::presets::with_preset("nope", 1, {}, [](auto) { return 0; }), std::invalid_argument);
+}

@@ -87,5 +87,6 @@ void test_adamw();
 void test_graph_and_no_alloc();
 void test_controller_vs_host();
 void test_telemetry();
+void test_presets_on_device();
 
 }  // namespace gpu_test

@@ -9,4 +9,5 @@
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/cuda/controller.cuh"
 #include "gnmr/cuda/norms.cuh"
+#include "gnmr/cuda/presets.cuh"
 #include "gnmr/cuda/telemetry.cuh"

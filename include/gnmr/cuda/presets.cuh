@@ -1,0 +1,153 @@
+// gnmr/cuda/presets.cuh — the presets by name on the device, and a host
+// controller's policies moved to a DeviceController.
+//
+//   auto ctl = gnmr::cuda::make_device("zclip", 1);           // setup
+//   ctl->step(d_partials, stream);                            // every step
+//   gnmr::cuda::adamw_step(opt, h, ctl->decisions(), stream, nullptr, ctl->summary());
+//
+// make_device() goes through the same table as presets::make()
+// (gnmr/preset_select.hpp): same names, same overrides, same checks, same
+// policy values, so a run moved from the CPU to the GPU keeps its method.
+// DynDeviceController is the runtime-polymorphic face of every
+// DeviceController<...>; its step is the typed controller's (enqueue only,
+// no allocation, no synchronisation); the virtual call is once per step.
+// save()/load() use the host state blob (gnmr/state.hpp), so a checkpoint
+// taken on the device loads into the host controller of the same preset and
+// back.
+//
+// Determinism: a DynDeviceController's decisions are the typed
+// DeviceController's, which are bit-identical to GnmrController's on the
+// same partials (tests/cuda/test_controller.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gnmr/controller.hpp"
+#include "gnmr/cuda/controller.cuh"
+#include "gnmr/dyn.hpp"
+#include "gnmr/preset_select.hpp"
+#include "gnmr/state.hpp"
+#include "gnmr/types.hpp"
+
+namespace gnmr {
+namespace cuda {
+
+class DynDeviceController {
+ public:
+  virtual ~DynDeviceController() = default;
+
+  // One step from per-unit partials / finished norms in device memory, on
+  // `stream`. Enqueue only; returns the launch error.
+  virtual cudaError_t step(const float* d_partials, cudaStream_t stream = 0) = 0;
+  virtual cudaError_t step_norms(const float* d_norms, cudaStream_t stream = 0) = 0;
+
+  // Device arrays, valid once the step that wrote them has run.
+  virtual const UnitDecision* decisions() const = 0;
+  virtual const UnitReport* reports() const = 0;
+  virtual const StepSummary* summary() const = 0;
+  virtual cudaError_t copy_summary_async(StepSummary* host, cudaStream_t stream = 0) const = 0;
+
+  // Blocking copies (tests, logs, checkpoints): they synchronise.
+  virtual std::vector<UnitDecision> copy_decisions() const = 0;
+  virtual std::vector<UnitReport> copy_reports() const = 0;
+  virtual StepSummary copy_summary() const = 0;
+  virtual std::int64_t steps_done() const = 0;
+
+  virtual std::size_t num_units() const = 0;
+  virtual std::string name() const = 0;
+  virtual std::uint32_t max_in_recovery() const = 0;  // 0xffffffff: unlimited
+  virtual void set_unit_numel(const std::uint64_t* numel, std::size_t n) = 0;
+  virtual void reset() = 0;  // synchronous
+
+  // The host state blob; load() throws gnmr::StateError on a bad blob and
+  // then changes nothing. Both synchronise.
+  virtual std::vector<std::uint8_t> save() const = 0;
+  virtual void load(const void* data, std::size_t size) = 0;
+  void load(const std::vector<std::uint8_t>& blob) { load(blob.data(), blob.size()); }
+};
+
+template <class N, class M, class T, class R, class B>
+class DeviceDynAdapter final : public DynDeviceController {
+ public:
+  using Device = DeviceController<N, M, T, R, B>;
+  using Host = GnmrController<N, M, T, R, B>;
+
+  // The device controller gets the host controller's policies, options and
+  // state (unit states and step count; not unit sizes: call set_unit_numel
+  // for RmsNorm). Setup time: allocates and uploads.
+  DeviceDynAdapter(const Host& host, std::string name)
+      : host_(host),
+        dev_(host.num_units(), host.policies().norm, host.policies().mean, host.policies().trigger,
+             host.policies().recovery, host.policies().budget, host.policies().opt),
+        name_(std::move(name)) {
+    if (host.steps_done() != 0) dev_.restore(host.unit_states(), host.steps_done());
+  }
+
+  using DynDeviceController::load;
+  cudaError_t step(const float* d, cudaStream_t s) override { return dev_.step(d, s); }
+  cudaError_t step_norms(const float* d, cudaStream_t s) override { return dev_.step_norms(d, s); }
+  const UnitDecision* decisions() const override { return dev_.decisions(); }
+  const UnitReport* reports() const override { return dev_.reports(); }
+  const StepSummary* summary() const override { return dev_.summary(); }
+  cudaError_t copy_summary_async(StepSummary* h, cudaStream_t s) const override {
+    return dev_.copy_summary_async(h, s);
+  }
+  std::vector<UnitDecision> copy_decisions() const override { return dev_.copy_decisions(); }
+  std::vector<UnitReport> copy_reports() const override { return dev_.copy_reports(); }
+  StepSummary copy_summary() const override { return dev_.copy_summary(); }
+  std::int64_t steps_done() const override { return dev_.steps_done(); }
+  std::size_t num_units() const override { return dev_.num_units(); }
+  std::string name() const override { return name_; }
+  std::uint32_t max_in_recovery() const override { return dev_.policies().budget.slots(); }
+  void set_unit_numel(const std::uint64_t* numel, std::size_t n) override {
+    dev_.set_unit_numel(numel, n);
+    host_.set_unit_numel(numel, n);
+  }
+  void reset() override { dev_.reset(); }
+
+  // Through the host controller kept beside the device one: it already
+  // writes and validates the blob format.
+  std::vector<std::uint8_t> save() const override {
+    host_.restore(dev_.copy_unit_states(), dev_.steps_done());
+    return save_state(host_);
+  }
+  void load(const void* data, std::size_t size) override {
+    load_state(host_, data, size);  // throws before anything changes
+    dev_.restore(host_.unit_states(), host_.steps_done());
+  }
+
+  Device& controller() { return dev_; }
+  const Device& controller() const { return dev_; }
+
+ private:
+  mutable Host host_;  // scratch for save/load: never stepped
+  Device dev_;
+  std::string name_;
+};
+
+// Any host controller's policies, options and state, on the device.
+template <class N, class M, class T, class R, class B>
+std::unique_ptr<DynDeviceController> make_device_dyn(const GnmrController<N, M, T, R, B>& host,
+                                                     std::string name = {}) {
+  if (name.empty()) name = policy_names<typename GnmrController<N, M, T, R, B>::Policies>();
+  return std::unique_ptr<DynDeviceController>(new DeviceDynAdapter<N, M, T, R, B>(host, std::move(name)));
+}
+
+// presets::make() on the device: the preset `name` with the overrides in
+// `o`, as a DeviceController behind DynDeviceController. Throws what
+// presets::make throws, and gnmr::cuda::Error when the device allocation
+// or upload fails.
+inline std::unique_ptr<DynDeviceController> make_device(const std::string& name, std::size_t num_units,
+                                                        const presets::Options& o = {}) {
+  return presets::with_preset(name, num_units, o, [&name](auto c) { return make_device_dyn(c, name); });
+}
+
+}  // namespace cuda
+}  // namespace gnmr

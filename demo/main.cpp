@@ -51,7 +51,8 @@ once per gradient controller, with every controller from gnmr::presets.
   --data PATH         a text file, or a directory of text files
                       (default /usr/share/games/fortunes)
   --out DIR           output directory (default gnmr-demo-out)
-  --device D          cpu | cuda (default cpu)
+  --device D          cpu | cuda (default cpu); cuda runs gnmr's CUDA backend:
+                      device norms, device controller, fused guarded AdamW
   --threads N         torch CPU threads (default 1)
   --no-baseline       skip the unstressed reference run
   --help              this text
@@ -147,6 +148,8 @@ int main(int argc, char** argv) try {
   if (controllers.empty()) throw std::invalid_argument("--controllers is empty");
   for (const auto& c : controllers) (void)gnmr::presets::is_global(c);  // validates the name
   if (device == "cuda") {
+    if (!demo::CudaBackend::built())
+      throw std::runtime_error("--device cuda: this gnmr-demo was built without nvcc, so without gnmr's CUDA step");
     if (!torch::cuda::is_available())
       throw std::runtime_error("--device cuda: this libtorch sees no CUDA device (torch::cuda::is_available() is false)");
     rc.device = torch::Device(torch::kCUDA);

@@ -7,11 +7,14 @@
 // zero), kResetMoments zeroes its moments and its own bias-correction step
 // counter, and `scale` multiplies its gradient.
 //
-// Units are the parameter tensors, in named_parameters() order. Their
-// partials (sums of squares) come from gnmr::host_unit_partials on the CPU
-// (one segment per tensor), from torch reductions on CUDA. Global presets
-// (clip, zclip, skip-step) see one unit whose partial is the sum — L2
-// partials add — and their single decision applies to every tensor.
+// Units are the parameter tensors, in named_parameters() order. On the CPU
+// their partials (sums of squares) come from gnmr::host_unit_partials (one
+// segment per tensor), the host controller decides and this AdamW applies.
+// On CUDA the whole guarded step is gnmr's CUDA backend (cuda_backend.hpp:
+// NormPlan, the device controller, the fused AdamW over these same m and v
+// buffers). Global presets (clip, zclip, skip-step) see one unit whose
+// partial is the sum — L2 partials add — and their single decision applies
+// to every tensor.
 #pragma once
 
 #include <chrono>
@@ -31,6 +34,7 @@
 #include "gnmr/presets.hpp"
 #include "gnmr/types.hpp"
 
+#include "cuda_backend.hpp"
 #include "data.hpp"
 #include "model.hpp"
 #include "quant.hpp"
@@ -96,6 +100,10 @@ class AdamW {
       v_.push_back(torch::zeros_like(p));
     }
   }
+
+  // The moment buffers, for the fused CUDA AdamW that updates them in place.
+  torch::Tensor& exp_avg(std::size_t i) { return m_[i]; }
+  torch::Tensor& exp_avg_sq(std::size_t i) { return v_[i]; }
 
   // d: the decision for tensor i; global_skip: the controller asked to skip.
   void step(const std::vector<gnmr::UnitDecision>& d, bool global_skip, double lr) {
@@ -166,9 +174,33 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
   const bool is_gnmr = rc.controller.rfind("gnmr", 0) == 0;
   if (rc.max_o > 0 && is_gnmr) opts.max_o = rc.max_o;
   if (rc.gnmr_warmup >= 0 && is_gnmr) opts.warmup = rc.gnmr_warmup;
-  auto ctrl = gnmr::presets::make(rc.controller, global ? 1 : nt, opts);
-  R.controller_units = ctrl->num_units();
-  R.max_in_recovery_limit = ctrl->max_in_recovery();
+  const bool on_cpu = rc.device.is_cpu();
+  std::unique_ptr<gnmr::DynController> ctrl;
+  std::unique_ptr<CudaBackend> gpu;
+  std::vector<const void*> grad_at(nt);  // CUDA: the fused step baked these in
+  if (on_cpu) {
+    ctrl = gnmr::presets::make(rc.controller, global ? 1 : nt, opts);
+    R.controller_units = ctrl->num_units();
+    R.max_in_recovery_limit = ctrl->max_in_recovery();
+  } else {
+    // The gradients must stay where the plans point: create them now and
+    // zero them in place every step (zero_grad(false)), never set to None.
+    std::vector<CudaTensorRef> refs;
+    for (std::size_t i = 0; i < nt; ++i) {
+      auto& p = params[i];
+      p.mutable_grad() = torch::zeros_like(p);
+      for (const torch::Tensor& t : {p, p.grad(), opt.exp_avg(i), opt.exp_avg_sq(i)})
+        if (!t.is_contiguous() || t.scalar_type() != torch::kFloat || !t.is_cuda())
+          throw std::runtime_error("gnmr-demo: --device cuda needs contiguous fp32 CUDA tensors");
+      grad_at[i] = p.grad().data_ptr();
+      refs.push_back({p.data_ptr<float>(), p.grad().data_ptr<float>(), opt.exp_avg(i).data_ptr<float>(),
+                      opt.exp_avg_sq(i).data_ptr<float>(), static_cast<std::uint64_t>(p.numel()),
+                      static_cast<bool>(decay[i])});
+    }
+    gpu.reset(new CudaBackend(rc.controller, opts, global, refs));
+    R.controller_units = gpu->num_units();
+    R.max_in_recovery_limit = gpu->max_in_recovery();
+  }
 
   auto faults = fault_schedule(rc.steps, rc.fault_rate, rc.fault_kind, static_cast<int>(nt), rc.seed);
   std::mt19937_64 batch_rng(rc.seed);
@@ -179,7 +211,8 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
   std::vector<float> tensor_partials(nt), partials(R.controller_units);
   std::vector<gnmr::Segment> segs(nt);
   std::vector<gnmr::UnitDecision> per_tensor(nt);
-  const bool on_cpu = rc.device.is_cpu();
+  std::vector<gnmr::UnitDecision> dec;
+  std::vector<gnmr::UnitReport> reps;
 
   for (int step = 1; step <= rc.steps; ++step) {
     const auto t0 = clk::now();
@@ -187,7 +220,7 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
     row.step = step;
     row.lr = lr_at(rc, step);
     auto batch = sample_batch(data.train, rc.batch, mc.ctx, batch_rng);
-    model->zero_grad();
+    model->zero_grad(/*set_to_none=*/false);
     auto loss = model->loss(batch.first.to(rc.device), batch.second.to(rc.device));
     row.train_loss = loss.item<double>();
     if (step == 1) R.initial_loss = row.train_loss;
@@ -208,52 +241,57 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
     }
 
     // --- the controller's share: partials, one controller step ----------
-    const auto c0 = clk::now();
+    const gnmr::StepSummary* sum = nullptr;
     if (on_cpu) {
+      const auto c0 = clk::now();
       for (std::size_t i = 0; i < nt; ++i) {
         const auto& g = params[i].grad();
         segs[i] = gnmr::Segment{g.data_ptr<float>(), static_cast<std::uint64_t>(g.numel()),
                                 gnmr::DType::kF32, static_cast<std::uint32_t>(i)};
       }
       gnmr::host_unit_partials(segs.data(), nt, tensor_partials.data(), nt);
+      if (global) {
+        double s = 0;  // a NaN/Inf partial makes the sum non-finite, as it should
+        for (float p : tensor_partials) s += p;
+        partials[0] = static_cast<float>(s);
+      } else {
+        partials = tensor_partials;
+      }
+      sum = &ctrl->step(partials.data(), partials.size());
+      row.control_ms = ms(clk::now() - c0);
+      dec = ctrl->decisions();
+      if (rc.keep_unit_trace) reps = ctrl->reports();
     } else {
-      std::vector<torch::Tensor> sq;
-      for (auto& p : params) sq.push_back(p.grad().to(torch::kDouble).pow(2).sum());
-      auto all = torch::stack(sq).to(torch::kFloat).cpu();
-      std::copy(all.data_ptr<float>(), all.data_ptr<float>() + nt, tensor_partials.begin());
+      for (std::size_t i = 0; i < nt; ++i)
+        if (params[i].grad().data_ptr() != grad_at[i])
+          throw std::logic_error("gnmr-demo: a gradient moved; the CUDA plans point at the old buffer");
+      const CudaHyper h{static_cast<float>(row.lr), static_cast<float>(rc.beta1),
+                        static_cast<float>(rc.beta2), static_cast<float>(rc.eps), static_cast<float>(rc.wd)};
+      sum = &gpu->step(h, &row.control_ms);  // partials, controller and the fused AdamW
+      dec = gpu->decisions();
+      if (rc.keep_unit_trace) reps = gpu->reports();
     }
-    if (global) {
-      double s = 0;  // a NaN/Inf partial makes the sum non-finite, as it should
-      for (float p : tensor_partials) s += p;
-      partials[0] = static_cast<float>(s);
-    } else {
-      partials = tensor_partials;
-    }
-    const gnmr::StepSummary& sum = ctrl->step(partials.data(), partials.size());
-    const auto& dec = ctrl->decisions();
     for (std::size_t i = 0; i < nt; ++i) per_tensor[i] = dec[global ? 0 : i];
-    const auto c1 = clk::now();
 
-    if (sum.in_recovery > R.max_in_recovery_limit)
-      throw std::logic_error("gnmr-demo: " + R.label + " has " + std::to_string(sum.in_recovery) +
+    if (sum->in_recovery > R.max_in_recovery_limit)
+      throw std::logic_error("gnmr-demo: " + R.label + " has " + std::to_string(sum->in_recovery) +
                              " units in recovery, above its maxO of " +
                              std::to_string(R.max_in_recovery_limit));
-    opt.step(per_tensor, sum.skip_step != 0, row.lr);
+    if (on_cpu) opt.step(per_tensor, sum->skip_step != 0, row.lr);
 
-    row.triggered = sum.triggered;
-    row.granted = sum.granted;
-    row.in_recovery = sum.in_recovery;
-    row.denied = sum.denied;
-    row.nonfinite = sum.nonfinite;
-    row.skip_step = sum.skip_step;
+    row.triggered = sum->triggered;
+    row.granted = sum->granted;
+    row.in_recovery = sum->in_recovery;
+    row.denied = sum->denied;
+    row.nonfinite = sum->nonfinite;
+    row.skip_step = sum->skip_step;
     for (const auto& d : per_tensor) {
-      row.skipped_units += (sum.skip_step || (d.flags & gnmr::kSkip)) ? 1u : 0u;
+      row.skipped_units += (sum->skip_step || (d.flags & gnmr::kSkip)) ? 1u : 0u;
       row.reset_units += (d.flags & gnmr::kResetMoments) ? 1u : 0u;
     }
     if (rc.keep_unit_trace) {
       std::vector<float> n, r;
       std::vector<std::uint32_t> g;
-      const auto& reps = ctrl->reports();
       for (std::size_t u = 0; u < reps.size(); ++u) {
         n.push_back(reps[u].norm);
         r.push_back(reps[u].ratio);
@@ -263,7 +301,6 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
       R.ratios.push_back(std::move(r));
       R.granted_units.push_back(std::move(g));
     }
-    row.control_ms = ms(c1 - c0);
     row.step_ms = ms(clk::now() - t0);  // evaluation excluded
     if (step % rc.eval_every == 0 || step == rc.steps) {
       row.val_loss = eval_loss(model, vs, 32);

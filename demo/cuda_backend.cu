@@ -1,0 +1,100 @@
+// demo/cuda_backend.cu — the GPU step of gnmr-demo (see cuda_backend.hpp):
+// NormPlan -> DynDeviceController -> fused guarded AdamW, on the default
+// stream, over libtorch's own device buffers. Two AdamW plans play the part
+// of PyTorch's two parameter groups (with and without weight decay); both
+// read the same decisions and the same summary.
+#include "cuda_backend.hpp"
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gnmr/cuda/adamw.cuh"
+#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/norms.cuh"
+#include "gnmr/cuda/presets.cuh"
+
+namespace demo {
+
+struct CudaBackend::Impl {
+  std::unique_ptr<gnmr::cuda::DynDeviceController> ctl;
+  std::unique_ptr<gnmr::cuda::NormPlan> norms;
+  std::unique_ptr<gnmr::cuda::AdamWPlan> decay, no_decay;
+  gnmr::cuda::DeviceBuffer partials;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  gnmr::StepSummary summary{};
+
+  ~Impl() {
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+  }
+};
+
+bool CudaBackend::built() { return true; }
+
+CudaBackend::CudaBackend(const std::string& preset, const gnmr::presets::Options& options, bool global,
+                         const std::vector<CudaTensorRef>& tensors)
+    : impl_(new Impl) {
+  using gnmr::cuda::check;
+  Impl& I = *impl_;
+  const std::size_t units = global ? 1 : tensors.size();
+  I.ctl = gnmr::cuda::make_device(preset, units, options);
+  std::vector<gnmr::Segment> segs;
+  std::vector<gnmr::AdamWTensor> with, without;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const CudaTensorRef& t = tensors[i];
+    const std::uint32_t unit = global ? 0u : static_cast<std::uint32_t>(i);
+    segs.push_back({t.grad, t.numel, gnmr::DType::kF32, unit});
+    (t.decay ? with : without)
+        .push_back({t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.numel, gnmr::DType::kF32, unit});
+  }
+  I.norms.reset(new gnmr::cuda::NormPlan(segs, units));
+  if (!with.empty()) I.decay.reset(new gnmr::cuda::AdamWPlan(with, units));
+  if (!without.empty()) I.no_decay.reset(new gnmr::cuda::AdamWPlan(without, units));
+  I.partials = gnmr::cuda::DeviceBuffer(units * sizeof(float));
+  check(cudaEventCreate(&I.e0), "gnmr-demo: cudaEventCreate");
+  check(cudaEventCreate(&I.e1), "gnmr-demo: cudaEventCreate");
+}
+
+CudaBackend::~CudaBackend() = default;
+
+std::size_t CudaBackend::num_units() const { return impl_->ctl->num_units(); }
+std::uint32_t CudaBackend::max_in_recovery() const { return impl_->ctl->max_in_recovery(); }
+
+const gnmr::StepSummary& CudaBackend::step(const CudaHyper& hy, double* control_ms) {
+  using gnmr::cuda::check;
+  Impl& I = *impl_;
+  float* partials = static_cast<float*>(I.partials.get());
+  check(cudaEventRecord(I.e0, 0), "gnmr-demo: event");
+  check(gnmr::cuda::unit_partials<gnmr::L2Norm>(*I.norms, partials, 0), "gnmr-demo: unit_partials");
+  check(I.ctl->step(partials, 0), "gnmr-demo: controller step");
+  check(cudaEventRecord(I.e1, 0), "gnmr-demo: event");
+  gnmr::AdamWParams h;
+  h.lr = hy.lr;
+  h.beta1 = hy.beta1;
+  h.beta2 = hy.beta2;
+  h.eps = hy.eps;
+  // Both groups also get the summary: it carries a suggested global skip
+  // (skip-step, the ladder's top rung).
+  h.weight_decay = hy.weight_decay;
+  if (I.decay)
+    check(gnmr::cuda::adamw_step(*I.decay, h, I.ctl->decisions(), 0, nullptr, I.ctl->summary()),
+          "gnmr-demo: AdamW");
+  h.weight_decay = 0.0f;
+  if (I.no_decay)
+    check(gnmr::cuda::adamw_step(*I.no_decay, h, I.ctl->decisions(), 0, nullptr, I.ctl->summary()),
+          "gnmr-demo: AdamW");
+  I.summary = I.ctl->copy_summary();  // synchronises: the demo's CSV, not the library
+  float ms = 0.0f;
+  check(cudaEventElapsedTime(&ms, I.e0, I.e1), "gnmr-demo: event time");
+  if (control_ms) *control_ms = ms;
+  return I.summary;
+}
+
+std::vector<gnmr::UnitDecision> CudaBackend::decisions() const { return impl_->ctl->copy_decisions(); }
+std::vector<gnmr::UnitReport> CudaBackend::reports() const { return impl_->ctl->copy_reports(); }
+
+}  // namespace demo

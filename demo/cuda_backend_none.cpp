@@ -1,0 +1,28 @@
+// demo/cuda_backend_none.cpp — CudaBackend when gnmr-demo is built without
+// nvcc: --device cuda then stops with a message that says so.
+#include <stdexcept>
+
+#include "cuda_backend.hpp"
+
+namespace demo {
+
+struct CudaBackend::Impl {};
+
+bool CudaBackend::built() { return false; }
+
+CudaBackend::CudaBackend(const std::string&, const gnmr::presets::Options&, bool,
+                         const std::vector<CudaTensorRef>&) {
+  throw std::runtime_error(
+      "gnmr-demo was built without its CUDA step (nvcc was not found at configure time); "
+      "reconfigure with the CUDA Toolkit on PATH, or run --device cpu");
+}
+CudaBackend::~CudaBackend() = default;
+std::size_t CudaBackend::num_units() const { return 0; }
+std::uint32_t CudaBackend::max_in_recovery() const { return 0; }
+const gnmr::StepSummary& CudaBackend::step(const CudaHyper&, double*) {
+  throw std::logic_error("gnmr-demo: no CUDA step in this build");
+}
+std::vector<gnmr::UnitDecision> CudaBackend::decisions() const { return {}; }
+std::vector<gnmr::UnitReport> CudaBackend::reports() const { return {}; }
+
+}  // namespace demo

@@ -47,4 +47,16 @@ inline void fill(std::uint64_t seed, std::int64_t t, std::vector<float>& out) {
   for (std::size_t i = 0; i < out.size(); ++i) out[i] = norm(seed, i, t);
 }
 
+// Step t of the partials (sums of squares) the preset GPU test feeds every
+// preset on the host and the device. The trace's own spikes never make
+// skip-step act (one unit, z > 6 over a 128-step window, 64 warm-up steps),
+// so from step 106 on every 9th step one unit's norm is multiplied by 1000.
+// Every preset but "none" must act within 130 steps (AdaGC warms up for
+// 100): tests/unit/test_cuda_logic_traces.cpp checks that on the host.
+inline void preset_partials(std::int64_t t, std::vector<float>& out) {
+  fill(7000 + out.size(), t, out);
+  for (float& x : out) x = x * x;
+  if (t > 105 && t % 9 == 0) out[(static_cast<std::size_t>(t) * 37) % out.size()] *= 1e6f;
+}
+
 }  // namespace tracegen

@@ -101,52 +101,40 @@ GNMR_HOST_DEVICE double tree8(const double* a) {
   return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
-inline double sumsq_f32(const float* p, std::uint64_t n) {
+// sq(element) -> its square in double; inlined, so each instantiation
+// vectorises like a hand-written loop.
+template <class T, class Sq>
+inline double sumsq_lanes(const T* p, std::uint64_t n, Sq sq) {
   double a[kLanes] = {};
   std::uint64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
-    for (std::size_t j = 0; j < kLanes; ++j) {
-      const double x = static_cast<double>(p[i + j]);
-      a[j] += x * x;
-    }
-  for (std::size_t j = 0; i < n; ++i, ++j) {
-    const double x = static_cast<double>(p[i]);
-    a[j] += x * x;
-  }
+    for (std::size_t j = 0; j < kLanes; ++j) a[j] += sq(p[i + j]);
+  for (std::size_t j = 0; i < n; ++i, ++j) a[j] += sq(p[i]);
   return tree8(a);
 }
 
+inline double sumsq_f32(const float* p, std::uint64_t n) {
+  return sumsq_lanes(p, n, [](float v) {
+    const double x = static_cast<double>(v);
+    return x * x;
+  });
+}
+
 inline double sumsq_bf16(const std::uint16_t* p, std::uint64_t n) {
-  double a[kLanes] = {};
-  std::uint64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (std::size_t j = 0; j < kLanes; ++j) {
-      const double x = static_cast<double>(bf16_to_float(p[i + j]));
-      a[j] += x * x;
-    }
-  for (std::size_t j = 0; i < n; ++i, ++j) {
-    const double x = static_cast<double>(bf16_to_float(p[i]));
-    a[j] += x * x;
-  }
-  return tree8(a);
+  return sumsq_lanes(p, n, [](std::uint16_t b) {
+    const double x = static_cast<double>(bf16_to_float(b));
+    return x * x;
+  });
 }
 
 inline double sumsq_f16(const std::uint16_t* p, std::uint64_t n) {
   // The sign does not matter for a square: decode the magnitude only. The
   // square of an fp16 value is exact in fp32 (11-bit significands, 2^-48 ..
-  // 2^32), so it is formed there, 4 lanes at a time, and only summed in double.
-  double a[kLanes] = {};
-  std::uint64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (std::size_t j = 0; j < kLanes; ++j) {
-      const float x = bits_to_float(fp16_mag_to_f32_bits(p[i + j]));
-      a[j] += static_cast<double>(x * x);
-    }
-  for (std::size_t j = 0; i < n; ++i, ++j) {
-    const float x = bits_to_float(fp16_mag_to_f32_bits(p[i]));
-    a[j] += static_cast<double>(x * x);
-  }
-  return tree8(a);
+  // 2^32), so it is formed there and only summed in double.
+  return sumsq_lanes(p, n, [](std::uint16_t b) {
+    const float x = bits_to_float(fp16_mag_to_f32_bits(b));
+    return static_cast<double>(x * x);
+  });
 }
 
 // max |x| on the bit patterns: with the sign cleared, IEEE magnitudes order

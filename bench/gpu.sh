@@ -77,6 +77,16 @@ fi
 gen=()
 if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
 
+# NCCL (the reducer's single-rank GPU test): a PyTorch machine has it as the
+# nvidia-nccl pip wheel rather than in the CUDA Toolkit.
+if [ -z "${NCCL_HOME:-}" ]; then
+  nccl_py="$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)"
+  if [ -n "$nccl_py" ] && [ -f "$nccl_py/include/nccl.h" ]; then
+    export NCCL_HOME="$nccl_py"
+    echo "NCCL from the pip wheel: $NCCL_HOME"
+  fi
+fi
+
 stamp "configure"
 if cmake -S . -B "$build" ${gen[@]+"${gen[@]}"} -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
   -DGNMR_BUILD_CUDA=ON -DGNMR_BUILD_TESTS=ON -DGNMR_BUILD_BENCH=ON -DGNMR_BUILD_EXAMPLES=OFF -DGNMR_BUILD_TOOLS=OFF \

@@ -33,7 +33,8 @@ once per gradient controller, with every controller from gnmr::presets.
 
   --controllers LIST  comma-separated presets (default:
                       none,clip,zclip,adagc,spam,skip-step,stabilizer,gnmr;
-                      gnmr-ladder is also accepted)
+                      gnmr-ladder is also accepted, and on the CPU a layered
+                      <global>+<per-unit> pair such as clip+gnmr: both rules)
   --stress S          none | fp8 | fp4: emulated E4M3 / E2M1 quantize-dequantize
                       of every linear layer's input, per-tensor scale (default fp4)
   --fault-rate R      probability per step of a fault in one random unit (default 0.05)
@@ -146,7 +147,12 @@ int main(int argc, char** argv) try {
   if (mc.width % mc.heads != 0) throw std::invalid_argument("--width must be a multiple of 4");
   if (!(rc.fault_rate >= 0 && rc.fault_rate <= 1)) throw std::invalid_argument("--fault-rate must be in [0, 1]");
   if (controllers.empty()) throw std::invalid_argument("--controllers is empty");
-  for (const auto& c : controllers) (void)gnmr::presets::is_global(c);  // validates the name
+  for (const auto& c : controllers) {  // validates the names
+    const demo::Layers l = demo::parse_layers(c);
+    (void)gnmr::presets::is_global(l.inner);
+    if (!l.outer.empty() && device != "cpu")
+      throw std::invalid_argument("layered controllers ('" + c + "') run on --device cpu only");
+  }
   if (device == "cuda") {
     if (!demo::CudaBackend::built())
       throw std::runtime_error("--device cuda: this gnmr-demo was built without nvcc, so without gnmr's CUDA step");

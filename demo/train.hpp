@@ -84,6 +84,24 @@ struct RunResult {
   int stopped_at = 0;  // last step run (== steps unless the loss went non-finite)
 };
 
+// "clip+gnmr": a layered controller, the training recipe's global rule
+// (outer, one unit on the global norm) with a per-unit one inside it. Both
+// see the raw gradients; a tensor is skipped or reset if either rule says
+// so, and its gradient gets the product of the two scales. The table's
+// recovery columns count the inner rule's units.
+struct Layers {
+  std::string outer, inner;
+};
+inline Layers parse_layers(const std::string& name) {
+  const auto plus = name.find('+');
+  if (plus == std::string::npos) return {"", name};
+  Layers l{name.substr(0, plus), name.substr(plus + 1)};
+  if (!gnmr::presets::is_global(l.outer) || gnmr::presets::is_global(l.inner))
+    throw std::invalid_argument("'" + name + "': a layered controller is <global preset>+<per-unit preset>, "
+                                "e.g. clip+gnmr");
+  return l;
+}
+
 // Cosine decay to 10% after a linear warm-up.
 inline double lr_at(const RunConfig& c, int step) {
   if (step <= c.warmup) return c.lr * step / c.warmup;
@@ -169,9 +187,18 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
   const std::size_t nt = params.size();
   AdamW opt(params, decay, rc);
 
-  const bool global = gnmr::presets::is_global(rc.controller);
+  const Layers lay = parse_layers(rc.controller);
+  const std::string& inner = lay.inner;
+  const bool global = gnmr::presets::is_global(inner);
+  std::unique_ptr<gnmr::DynController> octrl;  // the recipe's global rule, if layered
+  if (!lay.outer.empty()) {
+    if (!rc.device.is_cpu())
+      throw std::invalid_argument("gnmr-demo: layered controllers ('" + rc.controller +
+                                  "') run on --device cpu only");
+    octrl = gnmr::presets::make(lay.outer, 1);
+  }
   gnmr::presets::Options opts;
-  const bool is_gnmr = rc.controller.rfind("gnmr", 0) == 0;
+  const bool is_gnmr = inner.rfind("gnmr", 0) == 0;
   if (rc.max_o > 0 && is_gnmr) opts.max_o = rc.max_o;
   if (rc.gnmr_warmup >= 0 && is_gnmr) opts.warmup = rc.gnmr_warmup;
   const bool on_cpu = rc.device.is_cpu();
@@ -179,7 +206,7 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
   std::unique_ptr<CudaBackend> gpu;
   std::vector<const void*> grad_at(nt);  // CUDA: the fused step baked these in
   if (on_cpu) {
-    ctrl = gnmr::presets::make(rc.controller, global ? 1 : nt, opts);
+    ctrl = gnmr::presets::make(inner, global ? 1 : nt, opts);
     R.controller_units = ctrl->num_units();
     R.max_in_recovery_limit = ctrl->max_in_recovery();
   } else {
@@ -258,6 +285,12 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
         partials = tensor_partials;
       }
       sum = &ctrl->step(partials.data(), partials.size());
+      if (octrl) {  // the global rule sees the sum of the same raw partials
+        double s2 = 0;
+        for (float p : tensor_partials) s2 += p;
+        const float total = static_cast<float>(s2);
+        octrl->step(&total, 1);
+      }
       row.control_ms = ms(clk::now() - c0);
       dec = ctrl->decisions();
       if (rc.keep_unit_trace) reps = ctrl->reports();
@@ -272,6 +305,13 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
       if (rc.keep_unit_trace) reps = gpu->reports();
     }
     for (std::size_t i = 0; i < nt; ++i) per_tensor[i] = dec[global ? 0 : i];
+    if (octrl) {  // both rules apply: skip or reset if either says so, scales multiply
+      const gnmr::UnitDecision o = octrl->decisions()[0];
+      for (auto& d : per_tensor) {
+        d.flags |= o.flags & (gnmr::kSkip | gnmr::kResetMoments);
+        d.scale = (d.flags & gnmr::kSkip) ? 0.0f : d.scale * o.scale;
+      }
+    }
 
     if (sum->in_recovery > R.max_in_recovery_limit)
       throw std::logic_error("gnmr-demo: " + R.label + " has " + std::to_string(sum->in_recovery) +

@@ -45,7 +45,8 @@ foreach(i RANGE 1 ${runs})
   math(EXPR j "${i} - 1")
   list(GET names ${j} name)
   # controller, 2 losses (finite), spikes, diverged 0/1, fraction, max, ms
-  if(NOT row MATCHES "^${name},${num},${num},[0-9]+,[01],${num},[0-9]+,${num}$")
+  string(REPLACE "+" "\\+" name_re "${name}")  # clip+gnmr
+  if(NOT row MATCHES "^${name_re},${num},${num},[0-9]+,[01],${num},[0-9]+,${num}$")
     message(FATAL_ERROR "summary.csv row ${i} is malformed or not '${name}': ${row}")
   endif()
 endforeach()

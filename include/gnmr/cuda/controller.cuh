@@ -4,7 +4,7 @@
 //   gnmr::cuda::DeviceController<> ctl(num_units);           // allocates once
 //   gnmr::cuda::unit_partials(plan, d_partials, stream);      // step (a)
 //   ctl.step(d_partials, stream);                             // step (c)
-//   my_optimizer<<<..., stream>>>(ctl.decisions(), ...);      // step (d)
+//   my_optimizer<<<..., stream>>>(ctl.decisions(), ctl.summary(), ...);  // step (d)
 //
 // A step is two kernel launches on the caller's stream (controller_kernels.cuh):
 // no allocation, no host synchronisation, no device-to-host copy, and the
@@ -16,6 +16,9 @@
 // Same policies, same per-unit functors (gnmr/detail/step.hpp) and the same
 // selection order as GnmrController: given the same norms, the decisions,
 // flags, lock counters and summary are identical to the host backend's.
+// The optimizer reads each unit's decision (accessors.cuh) and, when the
+// recovery policy can suggest a global skip (GlobalSkip, Ladder), the
+// summary's skip_step too (step_skipped(); adamw_step's d_summary).
 // Two instances (or two steps of one instance) must not run concurrently on
 // different streams: they share the instance's scratch.
 #pragma once

@@ -3,11 +3,12 @@
 // SPEC §2: global clipping (torch clip_grad_norm_), ZClip, AdaGC, SPAM,
 // skip-step (OLMo-core) and GradientStabilizer (Stable-SPAM's AdaGN) are
 // each a choice of the five policies, with the peer's published defaults
-// (PEERS.md (b)); tests/unit/test_presets.cpp checks every one against an
-// independent double-precision reimplementation of the peer's rule. What a
-// preset deliberately does differently (the current sample is never in its
-// own statistic, non-finite norms are skipped rather than propagated, ...)
-// is in docs/presets.md.
+// (PEERS.md (b)); tests/unit/test_presets.cpp and test_presets_more.cpp
+// check every one against an independent double-precision reimplementation
+// of the peer's rule (tests/unit/presets_ref.hpp). What a preset
+// deliberately does differently (the current sample is never in its own
+// statistic, non-finite norms are skipped rather than propagated, ...) is in
+// docs/presets.md.
 //
 // These aliases and factories cost nothing at run time and are what a CUDA
 // kernel instantiates (gnmr::cuda::DeviceController<...> takes the same

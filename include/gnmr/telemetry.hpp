@@ -3,9 +3,8 @@
 // One line per event, in this order within a step: for each unit with an
 // event, by index, release, nonfinite, trigger, grant, deny; then one
 // global_skip line if the step suggests a global skip. A line looks like
-//   {"step":12,"unit":3,"name":"h.3.attn","event":"grant","norm":12.5,
-//    "mean":1.02,"ratio":12.254902,"delta":11.1,"risk":4.08490086,
-//    "action":"clip:0.0816"}
+//   {"step":12,"unit":3,"name":"h.3.attn","event":"grant","norm":12,
+//    "mean":1.5,"ratio":8,"delta":3,"risk":2.66666675,"action":"clip:0.125"}
 // (one line in the file). Floats are "%.9g" (they read back bit-exact);
 // non-finite floats are the JSON strings "nan", "inf", "-inf" by default,
 // or null with EventLogOptions::nonfinite_as_null. null otherwise means

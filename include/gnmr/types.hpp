@@ -54,7 +54,9 @@ struct StepSummary {
   std::uint32_t denied = 0;
   std::uint32_t nonfinite = 0;
   std::uint32_t released = 0;
-  float max_ratio = 0.0f;          // over units with a defined, finite ratio
+  // Over units whose ratio is defined this step: finite norm, k >= 1, not
+  // kZeroNorm. +inf only where a finite norm overflows n / max(mu, eps).
+  float max_ratio = 0.0f;
   std::int32_t max_ratio_unit = -1;  // lowest index on ties; -1 if none
   std::uint32_t skip_step = 0;     // 1: the policy suggests skipping the step
 };

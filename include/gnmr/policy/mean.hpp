@@ -5,7 +5,8 @@
 //   mean(s)    mu_i from those samples (0 while k = 0)
 //   push(s,x)  accept one sample at the end of a step
 // The current step's sample is never in mu (the controller pushes after the
-// verdict), spikes are fed clamped, non-finite norms are never pushed.
+// verdict), spikes are fed clamped, non-finite norms are never pushed, and
+// neither are zero norms unless ControllerOptions::zero_is_sample is set.
 // Trackers with a variance (mean_var.hpp) also define stddev(s).
 // All arithmetic goes through gnmr::fm so host and device agree bit for bit.
 #pragma once

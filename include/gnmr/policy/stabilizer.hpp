@@ -5,8 +5,9 @@
 // where m, v are bias-corrected EMAs of the unit's norm and squared norm
 // (gamma1 = 0.7, gamma2 = 0.9). As published, the current norm enters m and v
 // before the target is formed; that is what bounds a spike step (v jumps with
-// n^2, so the target shrinks). The statistics advance on every finite step;
-// the replacement is applied while the unit is in recovery, which the
+// n^2, so the target shrinks). The statistics advance on every finite step
+// that is a sample (a zero norm only with zero_is_sample, which the preset
+// sets); the replacement is applied while the unit is in recovery, which the
 // stabilizer preset makes "always" (AlwaysTrigger + Unlimited).
 #pragma once
 

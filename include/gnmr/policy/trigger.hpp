@@ -5,7 +5,8 @@
 // and the kTriggered / kWarmup flags. feed() says what the MeanTracker
 // accepts at the end of the step; update() advances the trigger's own
 // history on finite steps. Non-finite norms never reach a trigger: the
-// controller flags them NONFINITE with risk +inf first.
+// controller flags them NONFINITE with risk +inf first. Zero norms do not
+// either, unless ControllerOptions::zero_is_sample is set (kZeroNorm).
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,10 @@
 // gnmr/cuda/all.cuh — the whole CUDA backend in one include: per-unit norms
-// (norms.cuh), the device controller (controller.cuh), the guarded fused
-// AdamW (adamw.cuh) and the accessors for a user's own optimizer kernel
-// (accessors.cuh). Include from .cu files compiled by nvcc.
+// (norms.cuh), the device controller (controller.cuh) and the presets by
+// name on the device (presets.cuh), the guarded fused AdamW (adamw.cuh), the
+// accessors for a user's own optimizer kernel (accessors.cuh) and the
+// sync-free telemetry drain (telemetry.cuh). Include from .cu files compiled
+// by nvcc. (The NCCL reducer, nccl_reducer.cuh, needs nccl.h: include it
+// on its own.)
 #pragma once
 
 #include "gnmr/cuda/accessors.cuh"

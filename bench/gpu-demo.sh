@@ -12,8 +12,14 @@
 # the demo's CUDA step (gnmr's NormPlan, device controller and fused AdamW),
 # runs a 5-step smoke on --device cuda with a global preset, the ladder and
 # GNMR, then the default comparison (every controller, default stress) for
-# each seed. Each seed's summary.csv and steps.csv come back through $OUT
-# (or build-gpu-demo/out); the tables are printed last.
+# each seed; the tables are printed last.
+#
+# The device tool brings back at most 8 files from $OUT, so everything goes
+# into 7: demo-configure.log, demo-build.log, demo-smoke.log, demo-runs.log
+# (every seed's output), summary.csv (every seed's, with a seed column),
+# steps-seed<first>.csv and demo-results.tar.gz (each run's directory: its
+# summary, steps and per-controller trace CSVs). Without $OUT they go to
+# build-gpu-demo/out.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,54 +46,124 @@ data=.fortunes
 [ -d "$data" ] || data=/usr/share/games/fortunes
 t0=$SECONDS
 stamp() { echo "== [$(date +%T) +$((SECONDS - t0))s] $*"; }
+# The device tool kills the command at 600 s: each step's timeout leaves
+# room for the steps after it (reserve), so logs and tables always come back.
+deadline=570
+budget() {  # budget CAP RESERVE -> seconds this step may take
+  local left=$((deadline - (SECONDS - t0) - $2))
+  [ "$left" -gt "$1" ] && left=$1
+  [ "$left" -lt 5 ] && left=5
+  echo "$left"
+}
+
+# nvcc, cmake and the torch python may be installed but not on PATH.
+if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
+  export PATH="/usr/local/cuda/bin:$PATH"
+fi
+py=python3
+if ! python3 -c 'import torch' >/dev/null 2>&1 && [ -x /opt/torch/.venv/bin/python3 ]; then
+  py=/opt/torch/.venv/bin/python3
+  export PATH="/opt/torch/.venv/bin:$PATH"  # its cmake and ninja too
+fi
 
 stamp "machine"
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
-prefix="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
-python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null
+{
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
+  nvcc --version 2>/dev/null | tail -1
+  cmake --version 2>/dev/null | head -1
+  "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+"cxx11abi", torch.compiled_with_cxx11_abi(), "gpu", torch.cuda.is_available())' 2>&1 | tail -1
+} | tee "$out/demo-configure.log"
+prefix="$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)"
 [ -n "$prefix" ] || { echo "no python3 torch here: nothing to build against"; exit 1; }
 
 stamp "configure (Torch from $prefix)"
 gen=()
 command -v ninja >/dev/null 2>&1 && [ ! -f "$build/CMakeCache.txt" ] && gen=(-G Ninja)
-if ! cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
-  -DCMAKE_CUDA_ARCHITECTURES=90 -DGNMR_BUILD_CUDA=ON -DGNMR_BUILD_DEMO=ON -DGNMR_BUILD_TESTS=OFF \
-  -DGNMR_BUILD_BENCH=OFF -DGNMR_BUILD_EXAMPLES=OFF -DGNMR_BUILD_TOOLS=OFF -DGNMR_WITH_MPI=OFF \
-  -DGNMR_WITH_NCCL=OFF -DGNMR_INSTALL=OFF >"$out/demo-configure.log" 2>&1; then
+# TORCH_CUDA_ARCH_LIST: a CUDA libtorch's cmake (Caffe2/public/cuda.cmake)
+# sets CMAKE_CUDA_ARCHITECTURES to OFF and puts -gencode flags for this list
+# into CMAKE_CUDA_FLAGS; unset, it probes the GPU and, if that fails, falls
+# back to a list of old architectures that nvcc 13 may refuse.
+if ! timeout "$(budget 240 300)" cmake -S . -B "$build" ${gen[@]+"${gen[@]}"} -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$prefix" -DPython_EXECUTABLE="$(command -v "$py")" \
+  -DCMAKE_CUDA_ARCHITECTURES=90 -DTORCH_CUDA_ARCH_LIST=9.0 -DGNMR_BUILD_CUDA=ON -DGNMR_BUILD_DEMO=ON \
+  -DGNMR_BUILD_TESTS=OFF -DGNMR_BUILD_BENCH=OFF -DGNMR_BUILD_EXAMPLES=OFF -DGNMR_BUILD_TOOLS=OFF \
+  -DGNMR_WITH_MPI=OFF -DGNMR_WITH_NCCL=OFF -DGNMR_INSTALL=OFF >>"$out/demo-configure.log" 2>&1; then
   tail -40 "$out/demo-configure.log"
+  echo "configure FAILED"
   exit 1
 fi
+grep -E "CUDA detected|nvcc is|Header version|Added CUDA NVCC|Found Torch|WARNING" "$out/demo-configure.log" | head -12
 stamp "build gnmr-demo"
-if ! cmake --build "$build" --target gnmr-demo -j"$(nproc)" >"$out/demo-build.log" 2>&1; then
-  grep -E "error|undefined" "$out/demo-build.log" | head -40
+if ! timeout "$(budget 300 150)" cmake --build "$build" --target gnmr-demo -j"$(nproc)" >"$out/demo-build.log" 2>&1; then
+  grep -E "error|undefined|FAILED" "$out/demo-build.log" | head -40
+  echo "build FAILED"
   exit 1
 fi
 demo="$build/demo/gnmr-demo"
+ldd "$demo" 2>&1 | grep -E "not found|lib(torch|c10|cudart|cublas|cudnn|nccl)" | tee "$out/demo-smoke.log"
 
+# The libraries PyTorch's wheels ship (torch/lib, nvidia/*/lib): python finds
+# them through its own loader logic, the demo through libtorch's RUNPATH.
+# Used only if the first smoke fails to load them.
+wheel_libs() {
+  "$py" - <<'EOF' 2>/dev/null
+import glob, os, torch
+dirs = [os.path.join(os.path.dirname(torch.__file__), "lib")]
+try:
+    import nvidia
+    for p in nvidia.__path__:
+        dirs += sorted(glob.glob(os.path.join(p, "*", "lib")))
+except Exception:
+    pass
+print(":".join(d for d in dict.fromkeys(dirs) if os.path.isdir(d)))
+EOF
+}
+
+smoke() {
+  timeout "$(budget 120 150)" "$demo" --device cuda --steps 5 --layers 1 --width 32 --fault-rate 0.5 \
+    --controllers none,clip,skip-step,gnmr-ladder,gnmr --data "$data" --out "$build/smoke" >>"$out/demo-smoke.log" 2>&1
+}
 stamp "smoke: 5 steps on --device cuda"
-if ! timeout 120 "$demo" --device cuda --steps 5 --layers 1 --width 32 --fault-rate 0.5 \
-  --controllers none,clip,skip-step,gnmr-ladder,gnmr --data "$data" --out "$build/smoke" >"$out/demo-smoke.log" 2>&1; then
-  cat "$out/demo-smoke.log"
-  echo "smoke FAILED"
-  exit 1
+if ! smoke; then
+  if grep -qE "error while loading shared libraries|undefined symbol|version .* not found" "$out/demo-smoke.log"; then
+    LD_LIBRARY_PATH="$(wheel_libs)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export LD_LIBRARY_PATH
+    echo "== retry with the wheels' libraries first: LD_LIBRARY_PATH=$LD_LIBRARY_PATH" | tee -a "$out/demo-smoke.log"
+    smoke || { tail -40 "$out/demo-smoke.log"; echo "smoke FAILED"; exit 1; }
+  else
+    tail -40 "$out/demo-smoke.log"
+    echo "smoke FAILED"
+    exit 1
+  fi
 fi
 tail -12 "$out/demo-smoke.log"
 
 rc_all=0
+first="$(echo $seeds | cut -d' ' -f1)"
+: >"$out/demo-runs.log"
+rm -f "$out/summary.csv" "$out/demo-results.tar.gz"
 for s in $seeds; do
   stamp "default comparison, --device cuda, seed $s"
   # shellcheck disable=SC2086
-  timeout 240 "$demo" --device cuda --seed "$s" $steps --data "$data" --out "$build/seed$s" \
-    >"$out/demo-seed$s.log" 2>&1
+  timeout "$(budget 240 20)" "$demo" --device cuda --seed "$s" $steps --data "$data" --out "$build/seed$s" \
+    >"$build/seed$s.log" 2>&1
   rc=$?
-  [ $rc = 0 ] || { rc_all=$rc; tail -20 "$out/demo-seed$s.log"; }
-  cp "$build/seed$s/summary.csv" "$out/summary-seed$s.csv" 2>/dev/null
-  [ "$s" = "$(echo $seeds | cut -d' ' -f1)" ] && cp "$build/seed$s/steps.csv" "$out/steps-seed$s.csv" 2>/dev/null
+  { echo "===== seed $s (exit $rc)"; cat "$build/seed$s.log"; } >>"$out/demo-runs.log"
+  [ $rc = 0 ] || { rc_all=$rc; tail -20 "$build/seed$s.log"; }
+  if [ -f "$build/seed$s/summary.csv" ]; then
+    [ -f "$out/summary.csv" ] || sed -n '1s/^/seed,/p' "$build/seed$s/summary.csv" >"$out/summary.csv"
+    sed -n "2,\$s/^/$s,/p" "$build/seed$s/summary.csv" >>"$out/summary.csv"
+  fi
+  [ "$s" = "$first" ] && cp "$build/seed$s/steps.csv" "$out/steps-seed$s.csv" 2>/dev/null
 done
+dirs=()
+for d in smoke $(for s in $seeds; do echo "seed$s"; done); do [ -d "$build/$d" ] && dirs+=("$d"); done
+[ ${#dirs[@]} -gt 0 ] && tar -czf "$out/demo-results.tar.gz" -C "$build" "${dirs[@]}"
 
 stamp "tables"
 for s in $seeds; do
   echo "--- seed $s ($(date -u +%Y-%m-%d), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
-  sed -n '/^controller /,/^(val/p' "$out/demo-seed$s.log"
+  sed -n '/^controller /,/^(val/p' "$build/seed$s.log"
 done
 exit $rc_all

@@ -83,8 +83,7 @@ class DeviceDynAdapter final : public DynDeviceController {
   // state (unit states and step count; not unit sizes: call set_unit_numel
   // for RmsNorm). Setup time: allocates and uploads.
   DeviceDynAdapter(const Host& host, std::string name)
-      : host_(host),
-        dev_(host.num_units(), host.policies().norm, host.policies().mean, host.policies().trigger,
+      : dev_(host.num_units(), host.policies().norm, host.policies().mean, host.policies().trigger,
              host.policies().recovery, host.policies().budget, host.policies().opt),
         name_(std::move(name)) {
     if (host.steps_done() != 0) dev_.restore(host.unit_states(), host.steps_done());
@@ -106,28 +105,32 @@ class DeviceDynAdapter final : public DynDeviceController {
   std::size_t num_units() const override { return dev_.num_units(); }
   std::string name() const override { return name_; }
   std::uint32_t max_in_recovery() const override { return dev_.policies().budget.slots(); }
-  void set_unit_numel(const std::uint64_t* numel, std::size_t n) override {
-    dev_.set_unit_numel(numel, n);
-    host_.set_unit_numel(numel, n);
-  }
+  void set_unit_numel(const std::uint64_t* numel, std::size_t n) override { dev_.set_unit_numel(numel, n); }
   void reset() override { dev_.reset(); }
 
-  // Through the host controller kept beside the device one: it already
-  // writes and validates the blob format.
+  // Through a host controller with the same policies, made for the call
+  // (checkpoint time; no host copy of the state is kept between calls): it
+  // already writes and validates the blob format.
   std::vector<std::uint8_t> save() const override {
-    host_.restore(dev_.copy_unit_states(), dev_.steps_done());
-    return save_state(host_);
+    Host h = host_twin();
+    h.restore(dev_.copy_unit_states(), dev_.steps_done());
+    return save_state(h);
   }
   void load(const void* data, std::size_t size) override {
-    load_state(host_, data, size);  // throws before anything changes
-    dev_.restore(host_.unit_states(), host_.steps_done());
+    Host h = host_twin();
+    load_state(h, data, size);  // throws before anything changes
+    dev_.restore(h.unit_states(), h.steps_done());
   }
 
   Device& controller() { return dev_; }
   const Device& controller() const { return dev_; }
 
  private:
-  mutable Host host_;  // scratch for save/load: never stepped
+  Host host_twin() const {
+    const auto& p = dev_.policies();
+    return Host(dev_.num_units(), p.norm, p.mean, p.trigger, p.recovery, p.budget, p.opt);
+  }
+
   Device dev_;
   std::string name_;
 };

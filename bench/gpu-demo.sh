@@ -44,22 +44,9 @@ out="${OUT:-$root/$build/out}"
 mkdir -p "$out" "$build"
 data=.fortunes
 [ -d "$data" ] || data=/usr/share/games/fortunes
-t0=$SECONDS
-stamp() { echo "== [$(date +%T) +$((SECONDS - t0))s] $*"; }
-# The device tool kills the command at 600 s: each step's timeout leaves
-# room for the steps after it (reserve), so logs and tables always come back.
-deadline=570
-budget() {  # budget CAP RESERVE -> seconds this step may take
-  local left=$((deadline - (SECONDS - t0) - $2))
-  [ "$left" -gt "$1" ] && left=$1
-  [ "$left" -lt 5 ] && left=5
-  echo "$left"
-}
-
-# nvcc, cmake and the torch python may be installed but not on PATH.
-if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
-  export PATH="/usr/local/cuda/bin:$PATH"
-fi
+# shellcheck source=bench/gpu-common.sh
+. "$root/bench/gpu-common.sh"
+# The torch python (with its cmake and ninja) may be installed but not on PATH.
 py=python3
 if ! python3 -c 'import torch' >/dev/null 2>&1 && [ -x /opt/torch/.venv/bin/python3 ]; then
   py=/opt/torch/.venv/bin/python3

@@ -32,23 +32,8 @@ mkdir -p "$out" "$build"
 jobs="$(nproc)"
 summary=()
 note() { summary+=("| $1 | $2 |"); }
-stamp() { echo "== [$(date +%T)] $*"; }
-t_start=$SECONDS
-# The device tool kills a command at 600 s: every step gets a timeout that
-# leaves room for the steps after it (reserve) and for the summary.
-deadline=570
-budget() {  # budget CAP RESERVE -> seconds this step may take
-  local left=$((deadline - (SECONDS - t_start) - $2))
-  [ "$left" -gt "$1" ] && left=$1
-  [ "$left" -lt 5 ] && left=5
-  echo "$left"
-}
-
-# nvcc may be installed but not on PATH (CMake and the nvcc --version below
-# need it there).
-if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
-  export PATH="/usr/local/cuda/bin:$PATH"
-fi
+# shellcheck source=bench/gpu-common.sh
+. "$root/bench/gpu-common.sh"
 
 stamp "machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>/dev/null || true
@@ -114,7 +99,7 @@ if grep -q "gnmr_nccl_reducer_gpu" "$build/build.ninja" "$build/Makefile" 2>/dev
   cmake --build "$build" --target gnmr_nccl_reducer_gpu -j"$jobs" >>"$out/build.log" 2>&1 ||
     echo "(gnmr_nccl_reducer_gpu did not build here; see build.log)"
 fi
-echo "configure + build: $((SECONDS - t_start)) s"
+echo "configure + build: $((SECONDS - t0)) s"
 
 # --- tests --------------------------------------------------------------------
 stamp "ctest -L gpu"
@@ -155,7 +140,7 @@ fi
 
 # --- summary, last ----------------------------------------------------------------
 {
-  echo "## gnmr GPU run $(date -u +%Y-%m-%dT%H:%MZ) ($((SECONDS - t_start)) s)"
+  echo "## gnmr GPU run $(date -u +%Y-%m-%dT%H:%MZ) ($((SECONDS - t0)) s)"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
   echo
   echo "| step | result |"

@@ -71,17 +71,12 @@ class AdamWPlan {
   // Per-unit step counters and beta powers (blocking copies, device-wide
   // synchronisation).
   std::vector<UnitState> copy_unit_states() const {
-    std::vector<UnitState> h(units_);
-    device_barrier("AdamWPlan::copy_unit_states");  // a step on any stream has finished
-    check(cudaMemcpy(h.data(), v_.state, units_ * sizeof(UnitState), cudaMemcpyDeviceToHost),
-          "AdamWPlan::copy_unit_states");
-    return h;
+    return download(v_.state, units_, "AdamWPlan::copy_unit_states");
   }
   void restore_unit_states(const std::vector<UnitState>& s) {
     if (s.size() != units_) throw std::invalid_argument("gnmr: AdamWPlan::restore_unit_states: size mismatch");
     device_barrier("AdamWPlan::restore_unit_states");  // no step in flight still reads the state
-    check(cudaMemcpy(v_.state, s.data(), units_ * sizeof(UnitState), cudaMemcpyHostToDevice),
-          "AdamWPlan::restore_unit_states");
+    upload(v_.state, s.data(), units_, "AdamWPlan::restore_unit_states");
     device_barrier("AdamWPlan::restore_unit_states");
   }
   void reset() { restore_unit_states(std::vector<UnitState>(units_, gnmr::detail::adamw_unit_init())); }
@@ -109,12 +104,8 @@ class AdamWPlan {
     const std::size_t need = carve(nullptr, chunks_, units_).bytes;
     void* base = acquire_workspace(own_, d_workspace, ws_bytes, need, "AdamWPlan");
     v_ = carve(base, chunks_, units_);
-    check(cudaMemcpy(v_.chunks, L.chunks.data(), chunks_ * sizeof(gnmr::detail::AdamWChunk),
-                     cudaMemcpyHostToDevice),
-          "AdamWPlan: upload chunk table");
-    check(cudaMemcpy(v_.unit_chunks, L.unit_chunks.data(), units_ * sizeof(std::uint32_t),
-                     cudaMemcpyHostToDevice),
-          "AdamWPlan: upload unit table");
+    upload(v_.chunks, L.chunks.data(), chunks_, "AdamWPlan: upload chunk table");
+    upload(v_.unit_chunks, L.unit_chunks.data(), units_, "AdamWPlan: upload unit table");
     check(cudaMemset(v_.counters, 0, units_ * sizeof(unsigned int)), "AdamWPlan: zero counters");
     reset();
   }

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gnmr/config.hpp"
 
@@ -47,6 +48,22 @@ inline void check(cudaError_t e, const char* what) {
 // and a "blocking" copy could read results of a step still running there.
 // Setup and debugging paths only, never a step.
 inline void device_barrier(const char* what) { check(cudaDeviceSynchronize(), what); }
+
+// Setup-time copy of n host values to the device (synchronous; callers put
+// the barriers their ordering needs around it).
+template <class T>
+void upload(T* d, const T* h, std::size_t n, const char* what) {
+  check(cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice), what);
+}
+// Blocking read of n device values, after a device-wide barrier, so it sees
+// a step enqueued on any stream (tests, checkpoints, debugging).
+template <class T>
+std::vector<T> download(const T* d, std::size_t n, const char* what) {
+  std::vector<T> h(n);
+  device_barrier(what);
+  check(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), what);
+  return h;
+}
 
 // Owning device allocation (cudaMalloc/cudaFree). Movable, not copyable.
 class DeviceBuffer {

@@ -112,8 +112,7 @@ class DeviceController {
       d[i] = static_cast<double>(numel[i]);
     }
     device_barrier("DeviceController::set_unit_numel");  // no step may be reading numel
-    check(cudaMemcpy(b_.numel, d.data(), n * sizeof(double), cudaMemcpyHostToDevice),
-          "DeviceController::set_unit_numel");
+    upload(b_.numel, d.data(), n, "DeviceController::set_unit_numel");
     device_barrier("DeviceController::set_unit_numel");
     numel_set_ = true;
   }
@@ -135,11 +134,11 @@ class DeviceController {
 
   // Blocking host copies (tests, checkpoints, debugging): they synchronise
   // the whole device first, so they see a step enqueued on any stream.
-  std::vector<UnitDecision> copy_decisions() const { return download(b_.dec, n_); }
-  std::vector<UnitReport> copy_reports() const { return download(b_.rep, n_); }
-  std::vector<UnitState> copy_unit_states() const { return download(b_.state, n_); }
-  StepSummary copy_summary() const { return download(b_.summary, 1)[0]; }
-  std::int64_t steps_done() const { return download(b_.step, 1)[0]; }
+  std::vector<UnitDecision> copy_decisions() const { return download(b_.dec, n_, kCopy); }
+  std::vector<UnitReport> copy_reports() const { return download(b_.rep, n_, kCopy); }
+  std::vector<UnitState> copy_unit_states() const { return download(b_.state, n_, kCopy); }
+  StepSummary copy_summary() const { return download(b_.summary, 1, kCopy)[0]; }
+  std::int64_t steps_done() const { return download(b_.step, 1, kCopy)[0]; }
 
   // Back to the state at construction (unit sizes are kept). Synchronous.
   void reset() { restore(std::vector<UnitState>(n_, Policies::init_unit()), 0); }
@@ -149,11 +148,10 @@ class DeviceController {
   void restore(const std::vector<UnitState>& st, std::int64_t step) {
     if (st.size() != n_) throw std::invalid_argument("gnmr: DeviceController::restore: unit count mismatch");
     device_barrier("DeviceController::restore");  // no step in flight may still use the state
-    check(cudaMemcpy(b_.state, st.data(), n_ * sizeof(UnitState), cudaMemcpyHostToDevice),
-          "DeviceController::restore");
-    check(cudaMemcpy(b_.step, &step, sizeof step, cudaMemcpyHostToDevice), "DeviceController::restore");
+    upload(b_.state, st.data(), n_, "DeviceController::restore");
+    upload(b_.step, &step, 1, "DeviceController::restore");
     const StepSummary zero{};
-    check(cudaMemcpy(b_.summary, &zero, sizeof zero, cudaMemcpyHostToDevice), "DeviceController::restore");
+    upload(b_.summary, &zero, 1, "DeviceController::restore");
     device_barrier("DeviceController::restore");
   }
 
@@ -241,13 +239,7 @@ class DeviceController {
     return cudaGetLastError();
   }
 
-  template <class T>
-  static std::vector<T> download(const T* d, std::size_t n) {
-    std::vector<T> h(n);
-    device_barrier("DeviceController: download");
-    check(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), "DeviceController: download");
-    return h;
-  }
+  static constexpr const char* kCopy = "DeviceController: download";
 
   bool host_check_;
   Policies p_;

@@ -101,12 +101,8 @@ class NormPlan {
     const std::size_t need = carve(num_chunks_, num_units_, nullptr).bytes;
     void* base = acquire_workspace(own_, d_workspace, ws_bytes, need, "NormPlan");
     v_ = carve(num_chunks_, num_units_, base);
-    check(cudaMemcpy(v_.chunks, L.chunks.data(), num_chunks_ * sizeof(gnmr::detail::NormChunk),
-                     cudaMemcpyHostToDevice),
-          "NormPlan: upload chunk table");
-    check(cudaMemcpy(v_.unit_begin, L.unit_begin.data(), (num_units_ + 1) * sizeof(std::uint32_t),
-                     cudaMemcpyHostToDevice),
-          "NormPlan: upload unit index");
+    upload(v_.chunks, L.chunks.data(), num_chunks_, "NormPlan: upload chunk table");
+    upload(v_.unit_begin, L.unit_begin.data(), num_units_ + 1, "NormPlan: upload unit index");
     check(cudaMemset(v_.counters, 0, num_units_ * sizeof(unsigned int)), "NormPlan: zero counters");
     device_barrier("NormPlan: upload");
   }

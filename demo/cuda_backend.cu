@@ -26,6 +26,8 @@ struct CudaBackend::Impl {
   gnmr::cuda::DeviceBuffer partials;
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   gnmr::StepSummary summary{};
+  std::vector<gnmr::UnitDecision> dec;  // host copies, sized once
+  std::vector<gnmr::UnitReport> rep;
 
   ~Impl() {
     if (e0) cudaEventDestroy(e0);
@@ -42,6 +44,7 @@ CudaBackend::CudaBackend(const std::string& preset, const gnmr::presets::Options
   Impl& I = *impl_;
   const std::size_t units = global ? 1 : tensors.size();
   I.ctl = gnmr::cuda::make_device(preset, units, options);
+  I.dec.resize(units);
   std::vector<gnmr::Segment> segs;
   std::vector<gnmr::AdamWTensor> with, without;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -64,7 +67,7 @@ CudaBackend::~CudaBackend() = default;
 std::size_t CudaBackend::num_units() const { return impl_->ctl->num_units(); }
 std::uint32_t CudaBackend::max_in_recovery() const { return impl_->ctl->max_in_recovery(); }
 
-const gnmr::StepSummary& CudaBackend::step(const CudaHyper& hy, double* control_ms) {
+const gnmr::StepSummary& CudaBackend::step(const CudaHyper& hy, double* control_ms, bool with_reports) {
   using gnmr::cuda::check;
   Impl& I = *impl_;
   float* partials = static_cast<float*>(I.partials.get());
@@ -87,14 +90,24 @@ const gnmr::StepSummary& CudaBackend::step(const CudaHyper& hy, double* control_
   if (I.no_decay)
     check(gnmr::cuda::adamw_step(*I.no_decay, h, I.ctl->decisions(), 0, nullptr, I.ctl->summary()),
           "gnmr-demo: AdamW");
-  I.summary = I.ctl->copy_summary();  // synchronises: the demo's CSV, not the library
+  // Plain cudaMemcpy: ordered after the work above on the legacy stream, and
+  // synchronous — the demo's CSV needs it, the library does not.
+  const auto back = [](void* h, const void* d, std::size_t bytes) {
+    check(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost), "gnmr-demo: copy back");
+  };
+  back(&I.summary, I.ctl->summary(), sizeof I.summary);
+  back(I.dec.data(), I.ctl->decisions(), I.dec.size() * sizeof(gnmr::UnitDecision));
+  if (with_reports) {
+    I.rep.resize(I.dec.size());
+    back(I.rep.data(), I.ctl->reports(), I.rep.size() * sizeof(gnmr::UnitReport));
+  }
   float ms = 0.0f;
   check(cudaEventElapsedTime(&ms, I.e0, I.e1), "gnmr-demo: event time");
   if (control_ms) *control_ms = ms;
   return I.summary;
 }
 
-std::vector<gnmr::UnitDecision> CudaBackend::decisions() const { return impl_->ctl->copy_decisions(); }
-std::vector<gnmr::UnitReport> CudaBackend::reports() const { return impl_->ctl->copy_reports(); }
+const std::vector<gnmr::UnitDecision>& CudaBackend::decisions() const { return impl_->dec; }
+const std::vector<gnmr::UnitReport>& CudaBackend::reports() const { return impl_->rep; }
 
 }  // namespace demo

@@ -55,14 +55,16 @@ class CudaBackend {
   std::size_t num_units() const;
   std::uint32_t max_in_recovery() const;
 
-  // One guarded optimizer step: partials, controller, fused AdamW. Returns
-  // the summary (copied back, see above); *control_ms gets the time of the
-  // norms + controller kernels (CUDA events), the CPU run's definition.
-  const gnmr::StepSummary& step(const CudaHyper& h, double* control_ms);
+  // One guarded optimizer step: partials, controller, fused AdamW. Then the
+  // summary and the decisions (and the reports, with_reports) are copied
+  // back into buffers reused every step (see above). *control_ms gets the
+  // time of the norms + controller kernels (CUDA events), the CPU run's
+  // definition.
+  const gnmr::StepSummary& step(const CudaHyper& h, double* control_ms, bool with_reports);
 
-  // Per-unit results of the last step (blocking copies; for the trace).
-  std::vector<gnmr::UnitDecision> decisions() const;
-  std::vector<gnmr::UnitReport> reports() const;
+  // The last step's host copies (reports: empty unless asked for).
+  const std::vector<gnmr::UnitDecision>& decisions() const;
+  const std::vector<gnmr::UnitReport>& reports() const;
 
  private:
   struct Impl;

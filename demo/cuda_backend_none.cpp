@@ -6,7 +6,10 @@
 
 namespace demo {
 
-struct CudaBackend::Impl {};
+struct CudaBackend::Impl {
+  std::vector<gnmr::UnitDecision> dec;
+  std::vector<gnmr::UnitReport> rep;
+};
 
 bool CudaBackend::built() { return false; }
 
@@ -19,10 +22,10 @@ CudaBackend::CudaBackend(const std::string&, const gnmr::presets::Options&, bool
 CudaBackend::~CudaBackend() = default;
 std::size_t CudaBackend::num_units() const { return 0; }
 std::uint32_t CudaBackend::max_in_recovery() const { return 0; }
-const gnmr::StepSummary& CudaBackend::step(const CudaHyper&, double*) {
+const gnmr::StepSummary& CudaBackend::step(const CudaHyper&, double*, bool) {
   throw std::logic_error("gnmr-demo: no CUDA step in this build");
 }
-std::vector<gnmr::UnitDecision> CudaBackend::decisions() const { return {}; }
-std::vector<gnmr::UnitReport> CudaBackend::reports() const { return {}; }
+const std::vector<gnmr::UnitDecision>& CudaBackend::decisions() const { return impl_->dec; }
+const std::vector<gnmr::UnitReport>& CudaBackend::reports() const { return impl_->rep; }
 
 }  // namespace demo

@@ -235,11 +235,9 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
   vs.first = vs.first.to(rc.device);
   vs.second = vs.second.to(rc.device);
 
-  std::vector<float> tensor_partials(nt), partials(R.controller_units);
+  std::vector<float> tensor_partials(nt);
   std::vector<gnmr::Segment> segs(nt);
   std::vector<gnmr::UnitDecision> per_tensor(nt);
-  std::vector<gnmr::UnitDecision> dec;
-  std::vector<gnmr::UnitReport> reps;
 
   for (int step = 1; step <= rc.steps; ++step) {
     const auto t0 = clk::now();
@@ -269,6 +267,8 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
 
     // --- the controller's share: partials, one controller step ----------
     const gnmr::StepSummary* sum = nullptr;
+    const std::vector<gnmr::UnitDecision>* dec = nullptr;  // the controller's units
+    const std::vector<gnmr::UnitReport>* reps = nullptr;
     if (on_cpu) {
       const auto c0 = clk::now();
       for (std::size_t i = 0; i < nt; ++i) {
@@ -277,34 +277,27 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
                                 gnmr::DType::kF32, static_cast<std::uint32_t>(i)};
       }
       gnmr::host_unit_partials(segs.data(), nt, tensor_partials.data(), nt);
-      if (global) {
-        double s = 0;  // a NaN/Inf partial makes the sum non-finite, as it should
+      double s = 0;  // global rules: L2 partials add; a NaN/Inf makes the sum non-finite
+      if (global || octrl)
         for (float p : tensor_partials) s += p;
-        partials[0] = static_cast<float>(s);
-      } else {
-        partials = tensor_partials;
-      }
-      sum = &ctrl->step(partials.data(), partials.size());
-      if (octrl) {  // the global rule sees the sum of the same raw partials
-        double s2 = 0;
-        for (float p : tensor_partials) s2 += p;
-        const float total = static_cast<float>(s2);
-        octrl->step(&total, 1);
-      }
+      const float total = static_cast<float>(s);
+      sum = global ? &ctrl->step(&total, 1) : &ctrl->step(tensor_partials.data(), nt);
+      if (octrl) octrl->step(&total, 1);  // the recipe's rule, on the same raw partials
       row.control_ms = ms(clk::now() - c0);
-      dec = ctrl->decisions();
-      if (rc.keep_unit_trace) reps = ctrl->reports();
+      dec = &ctrl->decisions();
+      reps = &ctrl->reports();
     } else {
       for (std::size_t i = 0; i < nt; ++i)
         if (params[i].grad().data_ptr() != grad_at[i])
           throw std::logic_error("gnmr-demo: a gradient moved; the CUDA plans point at the old buffer");
       const CudaHyper h{static_cast<float>(row.lr), static_cast<float>(rc.beta1),
                         static_cast<float>(rc.beta2), static_cast<float>(rc.eps), static_cast<float>(rc.wd)};
-      sum = &gpu->step(h, &row.control_ms);  // partials, controller and the fused AdamW
-      dec = gpu->decisions();
-      if (rc.keep_unit_trace) reps = gpu->reports();
+      // partials, controller and the fused AdamW; results read back for the CSV
+      sum = &gpu->step(h, &row.control_ms, rc.keep_unit_trace);
+      dec = &gpu->decisions();
+      reps = &gpu->reports();
     }
-    for (std::size_t i = 0; i < nt; ++i) per_tensor[i] = dec[global ? 0 : i];
+    for (std::size_t i = 0; i < nt; ++i) per_tensor[i] = (*dec)[global ? 0 : i];
     if (octrl) {  // both rules apply: skip or reset if either says so, scales multiply
       const gnmr::UnitDecision o = octrl->decisions()[0];
       for (auto& d : per_tensor) {
@@ -332,10 +325,10 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
     if (rc.keep_unit_trace) {
       std::vector<float> n, r;
       std::vector<std::uint32_t> g;
-      for (std::size_t u = 0; u < reps.size(); ++u) {
-        n.push_back(reps[u].norm);
-        r.push_back(reps[u].ratio);
-        if (reps[u].flags & gnmr::kGranted) g.push_back(static_cast<std::uint32_t>(u));
+      for (std::size_t u = 0; u < reps->size(); ++u) {
+        n.push_back((*reps)[u].norm);
+        r.push_back((*reps)[u].ratio);
+        if ((*reps)[u].flags & gnmr::kGranted) g.push_back(static_cast<std::uint32_t>(u));
       }
       R.norms.push_back(std::move(n));
       R.ratios.push_back(std::move(r));

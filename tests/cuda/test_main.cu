@@ -230,6 +230,8 @@ void test_adamw() {
     host_t.push_back({t.p.data(), t.g.data(), t.m.data(), t.v.data(), s.n, s.d, s.unit});
     dev_t.push_back({t.dp.p + s.off, t.dg.p + s.off * esize(s.d), t.dm.p + s.off, t.dv.p + s.off, s.n, s.d, s.unit});
   }
+  // Tensor 1 is in the no-decay group (biases, norms), in the same launch.
+  host_t[1].weight_decay = dev_t[1].weight_decay = false;
   gnmr::cuda::AdamWPlan plan(dev_t, units, gnmr::cuda::AdamWPlanOptions{16384});
   const auto L = gnmr::detail::build_adamw_layout(host_t.data(), host_t.size(), units, 16384);
   std::vector<gnmr::detail::AdamWUnitState> hstate(units, gnmr::detail::adamw_unit_init());

@@ -219,6 +219,52 @@ TEST_CASE("AdamW step replay honours a suggested global skip", "[cuda-logic][ada
   CHECK(std::isnan(p[7]));  // without the skip the NaN is not hidden
 }
 
+TEST_CASE("AdamW no-decay tensors: one plan equals two parameter groups", "[cuda-logic][adamw]") {
+  // A tensor with weight_decay = false in a plan with weight decay must end
+  // bit for bit where a separate plan with weight_decay 0 takes it.
+  std::mt19937_64 rng(123);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  const std::size_t n0 = 700, n1 = 130;
+  std::vector<float> p0(n0), g0(n0), p1(n1), g1(n1);
+  for (auto* v : {&p0, &g0, &p1, &g1})
+    for (auto& x : *v) x = d(rng);
+  std::vector<float> a_p0 = p0, a_p1 = p1, b_p0 = p0, b_p1 = p1;
+  std::vector<float> a_m0(n0, 0.f), a_v0(n0, 0.f), a_m1(n1, 0.f), a_v1(n1, 0.f);
+  std::vector<float> b_m0 = a_m0, b_v0 = a_v0, b_m1 = a_m1, b_v1 = a_v1;
+  gnmr::AdamWTensor nd1{a_p1.data(), g1.data(), a_m1.data(), a_v1.data(), n1, gnmr::DType::kF32, 0};
+  nd1.weight_decay = false;
+  const std::vector<gnmr::AdamWTensor> one = {
+      {a_p0.data(), g0.data(), a_m0.data(), a_v0.data(), n0, gnmr::DType::kF32, 0}, nd1};
+  const gnmr::AdamWTensor b0{b_p0.data(), g0.data(), b_m0.data(), b_v0.data(), n0, gnmr::DType::kF32, 0};
+  const gnmr::AdamWTensor b1{b_p1.data(), g1.data(), b_m1.data(), b_v1.data(), n1, gnmr::DType::kF32, 0};
+  const auto L = gnmr::detail::build_adamw_layout(one.data(), one.size(), 1, 256);
+  const auto L0 = gnmr::detail::build_adamw_layout(&b0, 1, 1, 256);
+  const auto L1 = gnmr::detail::build_adamw_layout(&b1, 1, 1, 256);
+  AdamWParams h = hyper();
+  h.weight_decay = 0.1f;
+  AdamWParams h_nd = h;
+  h_nd.weight_decay = 0.0f;
+  std::vector<AdamWUnitState> s(1, gnmr::detail::adamw_unit_init()), s0 = s, s1 = s;
+  const UnitDecision dec{0.5f, gnmr::kInRecovery};
+  for (int step = 0; step < 3; ++step) {
+    gnmr::detail::emulate_adamw_step(L, h, h.lr, &dec, s);
+    gnmr::detail::emulate_adamw_step(L0, h, h.lr, &dec, s0);
+    gnmr::detail::emulate_adamw_step(L1, h_nd, h.lr, &dec, s1);
+  }
+  CHECK(std::memcmp(a_p0.data(), b_p0.data(), n0 * 4) == 0);
+  CHECK(std::memcmp(a_p1.data(), b_p1.data(), n1 * 4) == 0);
+  CHECK(std::memcmp(a_m1.data(), b_m1.data(), n1 * 4) == 0);
+  CHECK(std::memcmp(a_v1.data(), b_v1.data(), n1 * 4) == 0);
+  CHECK(a_p1 != p1);  // it was updated, only not decayed
+  // ... and with decay it would have ended elsewhere (the flag is not inert).
+  std::vector<float> c_p1 = p1, c_m1(n1, 0.f), c_v1(n1, 0.f);
+  const gnmr::AdamWTensor c1{c_p1.data(), g1.data(), c_m1.data(), c_v1.data(), n1, gnmr::DType::kF32, 0};
+  const auto Lc = gnmr::detail::build_adamw_layout(&c1, 1, 1, 256);
+  std::vector<AdamWUnitState> sc(1, gnmr::detail::adamw_unit_init());
+  for (int step = 0; step < 3; ++step) gnmr::detail::emulate_adamw_step(Lc, h, h.lr, &dec, sc);
+  CHECK(c_p1 != a_p1);
+}
+
 TEST_CASE("AdamW layout and hyperparameters are validated", "[cuda-logic][adamw]") {
   std::vector<float> a(16);
   using gnmr::detail::build_adamw_layout;

@@ -1,6 +1,7 @@
 // gnmr/cuda/adamw.cuh — a ready fused multi-tensor AdamW that applies a
 // controller's decisions (SPEC §3 step (d)): fp32 master weights and
-// moments, fp32 / bf16 / fp16 gradients, one kernel launch per step.
+// moments, fp32 / bf16 / fp16 gradients, one kernel launch per step, the
+// no-decay group (AdamWTensor::weight_decay = false) included.
 //
 //   gnmr::cuda::AdamWPlan opt(tensors, num_units);                  // once
 //   gnmr::cuda::adamw_step(opt, hyper, ctl.decisions(), stream);     // every step
@@ -195,7 +196,7 @@ __global__ void __launch_bounds__(gnmr::detail::kAdamWThreads)
   if (d.flags & kSkip) return;  // the whole unit: nothing read, nothing written, state kept
   const float lr = d_lr ? *d_lr : h.lr;
   const gnmr::detail::AdamWUnitState s1 = gnmr::detail::adamw_advance(h, ust[c.unit], d.flags);
-  const gnmr::detail::AdamWCoef k = gnmr::detail::adamw_coef(h, lr, s1, d);
+  const gnmr::detail::AdamWCoef k = gnmr::detail::chunk_coef(gnmr::detail::adamw_coef(h, lr, s1, d), c);
   const std::uintptr_t pmv = reinterpret_cast<std::uintptr_t>(c.p) | reinterpret_cast<std::uintptr_t>(c.m) |
                              reinterpret_cast<std::uintptr_t>(c.v);
   const std::uintptr_t ga = reinterpret_cast<std::uintptr_t>(c.g);

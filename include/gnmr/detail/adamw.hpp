@@ -57,6 +57,9 @@ struct AdamWTensor {
   std::uint64_t numel;
   DType grad_dtype;
   std::uint32_t unit;  // whose UnitDecision applies
+  // false: no weight decay on this tensor (biases, norm gains: PyTorch's
+  // usual second parameter group), in the same launch as the others.
+  bool weight_decay = true;
 };
 
 namespace detail {
@@ -144,8 +147,15 @@ struct AdamWChunk {  // 48 bytes
   std::uint32_t numel;
   std::uint32_t unit;
   std::uint32_t dtype;
-  std::uint32_t pad;
+  std::uint32_t no_decay;  // 1: the tensor has weight_decay = false
 };
+
+// A chunk's coefficients: its unit's, without the decay for a no-decay tensor
+// (1 - lr * 0 is exactly 1: the same bits as a plan with weight_decay 0).
+GNMR_HOST_DEVICE AdamWCoef chunk_coef(AdamWCoef k, const AdamWChunk& c) {
+  if (c.no_decay) k.decay = 1.0f;
+  return k;
+}
 
 struct AdamWLayout {
   std::vector<AdamWChunk> chunks;
@@ -190,6 +200,7 @@ inline AdamWLayout build_adamw_layout(const AdamWTensor* t, std::size_t n, std::
       c.numel = static_cast<std::uint32_t>(x.numel - off < chunk_elems ? x.numel - off : chunk_elems);
       c.unit = x.unit;
       c.dtype = dt;
+      c.no_decay = x.weight_decay ? 0u : 1u;
       L.chunks.push_back(c);
       L.unit_chunks[x.unit] += 1;
     }
@@ -223,7 +234,7 @@ inline void emulate_adamw_step(const AdamWLayout& L, const AdamWParams& h, float
     coef[u] = adamw_coef(h, lr, units[u], d);
   }
   for (const AdamWChunk& c : L.chunks) {
-    const AdamWCoef& k = coef[c.unit];
+    const AdamWCoef k = chunk_coef(coef[c.unit], c);
     if (k.flags & kSkip) continue;
     for (std::uint32_t i = 0; i < c.numel; ++i) adamw_element(k, c.p[i], load_grad(c.g, c.dtype, i), c.m[i], c.v[i]);
   }

@@ -1,8 +1,8 @@
 // demo/cuda_backend.cu — the GPU step of gnmr-demo (see cuda_backend.hpp):
 // NormPlan -> DynDeviceController -> fused guarded AdamW, on the default
-// stream, over libtorch's own device buffers. Two AdamW plans play the part
-// of PyTorch's two parameter groups (with and without weight decay); both
-// read the same decisions and the same summary.
+// stream, over libtorch's own device buffers. One AdamW plan covers both of
+// PyTorch's usual parameter groups: matrices with weight decay, biases and
+// LayerNorm gains without (AdamWTensor::weight_decay), in one launch.
 #include "cuda_backend.hpp"
 
 #include <cuda_runtime.h>
@@ -22,7 +22,7 @@ namespace demo {
 struct CudaBackend::Impl {
   std::unique_ptr<gnmr::cuda::DynDeviceController> ctl;
   std::unique_ptr<gnmr::cuda::NormPlan> norms;
-  std::unique_ptr<gnmr::cuda::AdamWPlan> decay, no_decay;
+  std::unique_ptr<gnmr::cuda::AdamWPlan> adamw;
   gnmr::cuda::DeviceBuffer partials;
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   gnmr::StepSummary summary{};
@@ -46,17 +46,15 @@ CudaBackend::CudaBackend(const std::string& preset, const gnmr::presets::Options
   I.ctl = gnmr::cuda::make_device(preset, units, options);
   I.dec.resize(units);
   std::vector<gnmr::Segment> segs;
-  std::vector<gnmr::AdamWTensor> with, without;
+  std::vector<gnmr::AdamWTensor> ts;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const CudaTensorRef& t = tensors[i];
     const std::uint32_t unit = global ? 0u : static_cast<std::uint32_t>(i);
     segs.push_back({t.grad, t.numel, gnmr::DType::kF32, unit});
-    (t.decay ? with : without)
-        .push_back({t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.numel, gnmr::DType::kF32, unit});
+    ts.push_back({t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.numel, gnmr::DType::kF32, unit, t.decay});
   }
   I.norms.reset(new gnmr::cuda::NormPlan(segs, units));
-  if (!with.empty()) I.decay.reset(new gnmr::cuda::AdamWPlan(with, units));
-  if (!without.empty()) I.no_decay.reset(new gnmr::cuda::AdamWPlan(without, units));
+  I.adamw.reset(new gnmr::cuda::AdamWPlan(ts, units));
   I.partials = gnmr::cuda::DeviceBuffer(units * sizeof(float));
   check(cudaEventCreate(&I.e0), "gnmr-demo: cudaEventCreate");
   check(cudaEventCreate(&I.e1), "gnmr-demo: cudaEventCreate");
@@ -80,16 +78,10 @@ const gnmr::StepSummary& CudaBackend::step(const CudaHyper& hy, double* control_
   h.beta1 = hy.beta1;
   h.beta2 = hy.beta2;
   h.eps = hy.eps;
-  // Both groups also get the summary: it carries a suggested global skip
-  // (skip-step, the ladder's top rung).
   h.weight_decay = hy.weight_decay;
-  if (I.decay)
-    check(gnmr::cuda::adamw_step(*I.decay, h, I.ctl->decisions(), 0, nullptr, I.ctl->summary()),
-          "gnmr-demo: AdamW");
-  h.weight_decay = 0.0f;
-  if (I.no_decay)
-    check(gnmr::cuda::adamw_step(*I.no_decay, h, I.ctl->decisions(), 0, nullptr, I.ctl->summary()),
-          "gnmr-demo: AdamW");
+  // The summary carries a suggested global skip (skip-step, the ladder's top rung).
+  check(gnmr::cuda::adamw_step(*I.adamw, h, I.ctl->decisions(), 0, nullptr, I.ctl->summary()),
+        "gnmr-demo: AdamW");
   // Plain cudaMemcpy: ordered after the work above on the legacy stream, and
   // synchronous — the demo's CSV needs it, the library does not.
   const auto back = [](void* h, const void* d, std::size_t bytes) {

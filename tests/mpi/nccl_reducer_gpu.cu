@@ -24,19 +24,13 @@
 #include "gnmr/controller.hpp"
 #include "gnmr/cuda/nccl_reducer.cuh"
 #include "gnmr/reducer.hpp"
+#include "../cuda/harness.cuh"  // EXPECT, failures(), same_bits(): the GPU tests' harness
 
 namespace {
 
-int g_failures = 0;
-#define CHECK(cond, ...)                                                        \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      ++g_failures;                                                             \
-      std::fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);     \
-      std::fprintf(stderr, __VA_ARGS__);                                        \
-      std::fprintf(stderr, "\n");                                               \
-    }                                                                           \
-  } while (0)
+using gpu_test::same_bits;
+
+// A CUDA or NCCL failure ends the program: nothing after it would mean anything.
 #define CUDA_OK(x)                                                                          \
   do {                                                                                      \
     cudaError_t e_ = (x);                                                                   \
@@ -54,11 +48,6 @@ int g_failures = 0;
     }                                                                                       \
   } while (0)
 
-std::uint32_t fbits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 float urand(std::uint64_t& s) {  // xorshift, deterministic
   s ^= s << 13;
   s ^= s >> 7;
@@ -150,17 +139,17 @@ int main() {
     reduce_all(D, host, op, out);
     const std::vector<float> ref = host_combine(host, op);
     for (int d = 0; d < D.n; ++d)
-      CHECK(std::memcmp(out[d].data(), out[0].data(), kN * 4) == 0, "device %d differs from device 0", d);
+      EXPECT(std::memcmp(out[d].data(), out[0].data(), kN * 4) == 0, "device %d differs from device 0", d);
     for (std::size_t i = 0; i < kN; ++i) {
       if (op == gnmr::Combine::kMax || D.n == 1) {
-        CHECK(fbits(out[0][i]) == fbits(ref[i]) || (gnmr::is_nan(out[0][i]) && gnmr::is_nan(ref[i])),
+        EXPECT(same_bits(out[0][i], ref[i]) || (gnmr::is_nan(out[0][i]) && gnmr::is_nan(ref[i])),
               "op %d unit %zu: %g vs %g", static_cast<int>(op), i, out[0][i], ref[i]);
       } else if (gnmr::is_finite(ref[i])) {
-        CHECK(std::fabs(out[0][i] - ref[i]) <= ulps * ref[i], "sum unit %zu: %g vs %g", i, out[0][i], ref[i]);
+        EXPECT(std::fabs(out[0][i] - ref[i]) <= ulps * ref[i], "sum unit %zu: %g vs %g", i, out[0][i], ref[i]);
       }
     }
-    CHECK(!gnmr::is_finite(out[0][3]) && !gnmr::is_finite(out[0][5]), "non-finite partials must stay non-finite");
-    if (op == gnmr::Combine::kMax) CHECK(fbits(out[0][3]) == fbits(gnmr::inf_f()), "max NaN -> +Inf");
+    EXPECT(!gnmr::is_finite(out[0][3]) && !gnmr::is_finite(out[0][5]), "non-finite partials must stay non-finite");
+    if (op == gnmr::Combine::kMax) EXPECT(same_bits(out[0][3], gnmr::inf_f()), "max NaN -> +Inf");
   }
 
   // 2. A controller trace, against NoReduce on the host-combined partials.
@@ -185,16 +174,16 @@ int main() {
         gnmr::reduce_and_step(b, none, ref.data(), ref.size());
         for (std::size_t i = 0; i < kN; ++i)
           mismatch += a.decisions()[i].flags != b.decisions()[i].flags ||
-                      (D.n == 1 && fbits(a.decisions()[i].scale) != fbits(b.decisions()[i].scale));
+                      (D.n == 1 && !same_bits(a.decisions()[i].scale, b.decisions()[i].scale));
       } else {
         la.step(out[0]);
         gnmr::reduce_and_step(lb, none, ref.data(), ref.size());
         for (std::size_t i = 0; i < kN; ++i)
           mismatch += la.decisions()[i].flags != lb.decisions()[i].flags ||
-                      fbits(la.decisions()[i].scale) != fbits(lb.decisions()[i].scale);
+                      !same_bits(la.decisions()[i].scale, lb.decisions()[i].scale);
       }
     }
-    CHECK(mismatch == 0, "op %d: %d decision mismatches vs NoReduce", static_cast<int>(op), mismatch);
+    EXPECT(mismatch == 0, "op %d: %d decision mismatches vs NoReduce", static_cast<int>(op), mismatch);
   }
 
   // 3. Graph capture (device 0 alone: a single-communicator capture).
@@ -218,9 +207,9 @@ int main() {
       CUDA_OK(cudaGraphLaunch(exec, D.streams[0]));
       CUDA_OK(cudaMemcpyAsync(replay.data(), D.buf[0], kN * 4, cudaMemcpyDeviceToHost, D.streams[0]));
       CUDA_OK(cudaStreamSynchronize(D.streams[0]));
-      CHECK(std::memcmp(replay.data(), eager.data(), kN * 4) == 0, "graph replay %d differs", rep);
+      EXPECT(std::memcmp(replay.data(), eager.data(), kN * 4) == 0, "graph replay %d differs", rep);
     }
-    CHECK(fbits(eager[7]) == fbits(gnmr::inf_f()), "captured NaN -> +Inf");
+    EXPECT(same_bits(eager[7], gnmr::inf_f()), "captured NaN -> +Inf");
     CUDA_OK(cudaGraphExecDestroy(exec));
     CUDA_OK(cudaGraphDestroy(graph));
   }
@@ -228,12 +217,12 @@ int main() {
   const gnmr::ReducerStats st = D.red[0].stats();
   std::printf("nccl_reducer_gpu: %d device(s), %llu collectives, %llu bytes on device 0: %s\n", D.n,
               static_cast<unsigned long long>(st.collectives), static_cast<unsigned long long>(st.bytes),
-              g_failures ? "FAILED" : "passed");
+              gpu_test::failures() ? "FAILED" : "passed");
   for (int d = 0; d < D.n; ++d) {
     CUDA_OK(cudaSetDevice(d));
     CUDA_OK(cudaFree(D.buf[d]));
     CUDA_OK(cudaStreamDestroy(D.streams[d]));
     ncclCommDestroy(D.comms[d]);
   }
-  return g_failures ? 1 : 0;
+  return gpu_test::failures() ? 1 : 0;
 }

@@ -10,7 +10,8 @@
 //                    + AdamW (32 B/param); roofline = bytes / copy bandwidth
 // Timing: CUDA events, warm-up, median of --reps runs; inputs are random
 // (hash-filled), never zeros, and far larger than L2 except the controller
-// state itself. Prints a markdown table last.
+// state itself. Prints a markdown table last. --only norms|controller|adamw runs
+// one part (for a profiler), --quick skips the 13B layout, --reps N.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,6 +38,7 @@ namespace {
 
 int g_reps = 20;
 bool g_quick = false;
+std::string g_only;  // --only norms|controller|adamw: one part (profilers, quick looks)
 
 struct Row {
   std::string work, layout;
@@ -281,7 +283,9 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--quick")) g_quick = true;
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) g_reps = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
   }
+  const auto want = [](const char* part) { return g_only.empty() || g_only == part; };
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("gnmr_bench_cuda: no CUDA device\n");
@@ -296,13 +300,18 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   BK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
-  const double copy_bw = copy_bandwidth(s);
-  bench_norms(bench_layouts::llama_1b26(), gnmr::DType::kF32, s);
-  bench_norms(bench_layouts::many_small(), gnmr::DType::kF32, s);
-  if (!g_quick && prop.totalGlobalMem > (40ull << 30)) bench_norms(bench_layouts::llama2_13b(), gnmr::DType::kBF16, s);
-  bench_controller(10000, s);
-  bench_controller(1000000, s);
-  if (prop.totalGlobalMem > (30ull << 30)) bench_adamw(copy_bw, s);
+  const double copy_bw = want("norms") || want("adamw") ? copy_bandwidth(s) : 0.0;
+  if (want("norms")) {
+    bench_norms(bench_layouts::llama_1b26(), gnmr::DType::kF32, s);
+    bench_norms(bench_layouts::many_small(), gnmr::DType::kF32, s);
+    if (!g_quick && prop.totalGlobalMem > (40ull << 30))
+      bench_norms(bench_layouts::llama2_13b(), gnmr::DType::kBF16, s);
+  }
+  if (want("controller")) {
+    bench_controller(10000, s);
+    bench_controller(1000000, s);
+  }
+  if (want("adamw") && prop.totalGlobalMem > (30ull << 30)) bench_adamw(copy_bw, s);
 
   std::printf("\n| work | layout | median ms | GB/s | roofline ms | x roofline | target |\n");
   std::printf("|---|---|---:|---:|---:|---:|---|\n");

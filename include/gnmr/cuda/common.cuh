@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -106,7 +107,8 @@ class DeviceBuffer {
 
 // The two-phase workspace rule of every plan and controller: a null
 // workspace means "allocate `need` bytes into own"; a caller's workspace
-// must hold at least `need` bytes (and outlive the object).
+// must hold at least `need` bytes, be 256-byte aligned (as cudaMalloc's are)
+// and outlive the object.
 inline void* acquire_workspace(DeviceBuffer& own, void* workspace, std::size_t ws_bytes,
                                std::size_t need, const char* who) {
   if (workspace == nullptr) {
@@ -117,6 +119,10 @@ inline void* acquire_workspace(DeviceBuffer& own, void* workspace, std::size_t w
     throw std::invalid_argument(std::string("gnmr: ") + who + ": workspace of " +
                                 std::to_string(ws_bytes) + " bytes, " + std::to_string(need) +
                                 " needed");
+  // Sub-buffers are carved at 256-byte offsets and the kernels use 16-byte
+  // vector accesses on them (cudaMalloc's pointers are 256-byte aligned).
+  if (reinterpret_cast<std::uintptr_t>(workspace) % 256u != 0u)
+    throw std::invalid_argument(std::string("gnmr: ") + who + ": workspace must be 256-byte aligned");
   return workspace;
 }
 
@@ -194,6 +200,42 @@ __device__ __forceinline__ T load_cg(const T* p) {
 #pragma unroll
   for (unsigned i = 0; i < sizeof(T) / 4; ++i) dst[i] = __ldcg(src + i);
   return out;
+}
+
+// One block's run of `count` trivially copyable T's, copied between global
+// and shared memory in coalesced 16-byte words (the tail in 4-byte words).
+// Why: a thread reading or writing its own element of an array of structs
+// issues one access per field, and each such warp access touches 32 sectors,
+// so per-thread AoS traffic costs L1/L2 transactions in proportion to the
+// struct's field count, not its bytes. g must be 16-byte aligned (the
+// controller's buffers are 256-byte aligned and each block's run starts at a
+// multiple of 256 elements). The caller puts a __syncthreads() between a
+// stage and the shared reads or writes that depend on it.
+template <class T>
+__device__ __forceinline__ void stage_in(void* smem, const T* g, std::uint32_t count) {
+  static_assert(std::is_trivially_copyable<T>::value && sizeof(T) % 4 == 0,
+                "stage_in: 4-byte granular, trivially copyable types only");
+  const std::uint32_t bytes = count * static_cast<std::uint32_t>(sizeof(T));
+  const std::uint32_t words = bytes / 16u;
+  const uint4* src = reinterpret_cast<const uint4*>(g);
+  uint4* dst = static_cast<uint4*>(smem);
+  for (std::uint32_t w = threadIdx.x; w < words; w += blockDim.x) dst[w] = src[w];
+  const unsigned int* s4 = reinterpret_cast<const unsigned int*>(g);
+  unsigned int* d4 = static_cast<unsigned int*>(smem);
+  for (std::uint32_t w = words * 4u + threadIdx.x; w < bytes / 4u; w += blockDim.x) d4[w] = s4[w];
+}
+template <class T>
+__device__ __forceinline__ void stage_out(T* g, const void* smem, std::uint32_t count) {
+  static_assert(std::is_trivially_copyable<T>::value && sizeof(T) % 4 == 0,
+                "stage_out: 4-byte granular, trivially copyable types only");
+  const std::uint32_t bytes = count * static_cast<std::uint32_t>(sizeof(T));
+  const std::uint32_t words = bytes / 16u;
+  const uint4* src = static_cast<const uint4*>(smem);
+  uint4* dst = reinterpret_cast<uint4*>(g);
+  for (std::uint32_t w = threadIdx.x; w < words; w += blockDim.x) dst[w] = src[w];
+  const unsigned int* s4 = static_cast<const unsigned int*>(smem);
+  unsigned int* d4 = reinterpret_cast<unsigned int*>(g);
+  for (std::uint32_t w = words * 4u + threadIdx.x; w < bytes / 4u; w += blockDim.x) d4[w] = s4[w];
 }
 
 }  // namespace detail

@@ -12,12 +12,18 @@
 //           a SummaryAcc per block; the last block merges the block
 //           accumulators in a fixed tree, writes the StepSummary and advances
 //           the device step counter.
+// Both kernels move a block's unit states (and phase 3 its reports and
+// decisions) through shared memory in coalesced 16-byte words instead of
+// per-thread struct accesses (stage_in/stage_out in common.cuh): at 1M units
+// phase 3 was twice its byte count's time, at 10k units both were bound by
+// per-field transactions on the few SMs a 40-block grid occupies.
 // Everything that decides is integer or the shared per-unit functors, so the
 // outcome is the host GnmrController's, bit for bit.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "gnmr/cuda/common.cuh"
@@ -69,6 +75,21 @@ struct AddU32 {
     return a + b;
   }
 };
+
+// Unit state, reports and decisions move through shared memory (stage_in /
+// stage_out) when a block's run fits in kStageBytes; larger states (a long
+// WindowMean) are read and written per thread.
+constexpr std::size_t kStageBytes = 32u * 1024u;
+template <class State>
+constexpr bool kStageState = sizeof(State) * kSelectThreads <= kStageBytes;
+template <class State>  // uint4 words of phase 3's stage buffer
+constexpr std::size_t kStageWords =
+    ((kStageState<State> && sizeof(State) > sizeof(UnitReport) + sizeof(UnitDecision)
+          ? sizeof(State)
+          : sizeof(UnitReport) + sizeof(UnitDecision)) *
+         kSelectThreads +
+     15u) /
+    16u;
 
 // The block's top-k keys, largest first, zero padded. Keys are unique, so
 // "largest below the previous pick" enumerates them. rounds is block-uniform.
@@ -180,14 +201,23 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, co
   __shared__ unsigned int s_red[32];
   __shared__ std::uint32_t s_tot[2];
   __shared__ int s_last;
-  const std::uint32_t i = blockIdx.x * kSelectThreads + threadIdx.x;
+  using State = typename PS::UnitState;
+  constexpr bool kStage = kStageState<State>;
+  __shared__ uint4 s_stage[kStage ? (sizeof(State) * kSelectThreads + 15u) / 16u : 1u];
+  const std::uint32_t base = blockIdx.x * kSelectThreads;
+  const std::uint32_t i = base + threadIdx.x;
   const std::int64_t t = *a.step + 1;
+  if constexpr (kStage) {
+    stage_in(s_stage, a.state + base, a.n - base < kSelectThreads ? a.n - base : kSelectThreads);
+    __syncthreads();
+  }
   std::uint64_t key = 0u;
   int held = 0, cand = 0;
   if (i < a.n) {
     const float x = in[i];
     const float norm = kFinish ? a.p.norm.finish(x, a.numel ? a.numel[i] : 1.0) : x;
-    const UnitView v = gnmr::detail::evaluate_unit(a.p, a.state[i], norm, t);
+    const State& st = kStage ? reinterpret_cast<const State*>(s_stage)[threadIdx.x] : a.state[i];
+    const UnitView v = gnmr::detail::evaluate_unit(a.p, st, norm, t);
     held = (v.flags & kInRecovery) ? 1 : 0;
     cand = gnmr::detail::is_candidate(v.flags) ? 1 : 0;
     key = cand ? gnmr::detail::rank_key(v.risk, i) : 0u;
@@ -236,25 +266,51 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, co
 template <class PS>
 __global__ void __launch_bounds__(kSelectThreads) ctrl_phase3(CtrlArgs<PS> a) {
   using Acc = gnmr::detail::SummaryAcc;
+  using State = typename PS::UnitState;
+  constexpr bool kStage = kStageState<State>;
   __shared__ Acc s_acc[kSelectThreads];
+  __shared__ uint4 s_stage[kStageWords<State>];
   __shared__ int s_last;
-  const std::uint32_t i = blockIdx.x * kSelectThreads + threadIdx.x;
+  const std::uint32_t base = blockIdx.x * kSelectThreads;
+  const std::uint32_t count = a.n - base < kSelectThreads ? a.n - base : kSelectThreads;
+  const std::uint32_t i = base + threadIdx.x;
+  const bool active = i < a.n;
   const std::int64_t t = *a.step + 1;
+  State* s_state = reinterpret_cast<State*>(s_stage);
+  UnitReport* s_rep = reinterpret_cast<UnitReport*>(s_stage);
+  UnitDecision* s_dec = reinterpret_cast<UnitDecision*>(s_rep + kSelectThreads);
+  if constexpr (kStage) {
+    stage_in(s_stage, a.state + base, count);
+    __syncthreads();
+  }
   Acc acc = Acc::zero();
-  if (i < a.n) {
+  State s;
+  UnitDecision d;
+  UnitReport r;
+  if (active) {
     const gnmr::detail::SelectRule rule = *a.rule;
-    typename PS::UnitState s = a.state[i];
+    s = kStage ? s_state[threadIdx.x] : a.state[i];
     const UnitView v0 = gnmr::detail::evaluate_unit(a.p, s, a.norm[i], t);
     const bool granted = gnmr::detail::rule_grants(rule, a.key[i]);
-    UnitDecision d;
-    UnitReport r;
     std::uint32_t gskip = 0;
     const UnitView v = gnmr::detail::commit_unit(a.p, s, v0, granted, d, &r, gskip);
-    a.state[i] = s;
-    a.dec[i] = d;
-    a.rep[i] = r;
+    if constexpr (!kStage) a.state[i] = s;
     acc.add(v, i, gskip);
   }
+  if constexpr (kStage) {
+    __syncthreads();  // every thread has read its state from the stage
+    if (active) s_state[threadIdx.x] = s;
+    __syncthreads();
+    stage_out(a.state + base, s_stage, count);
+    __syncthreads();
+  }
+  if (active) {
+    s_rep[threadIdx.x] = r;
+    s_dec[threadIdx.x] = d;
+  }
+  __syncthreads();
+  stage_out(a.rep + base, s_rep, count);
+  stage_out(a.dec + base, s_dec, count);
   // SummaryAcc's merge is exact (integer counts, a total order for the max),
   // so any fixed tree gives the host's sequential result.
   s_acc[threadIdx.x] = acc;

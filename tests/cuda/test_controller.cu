@@ -5,6 +5,7 @@
 // partials. Decisions, flags, grants and lock counters must be identical;
 // ratios equal or within 1 ulp (they are expected to be equal).
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "gnmr/controller.hpp"
@@ -92,6 +93,7 @@ void test_controller_vs_host() {
     b.lock = 4;
     gnmr::GnmrController<> host(1000, {}, {}, {}, {}, b);
     gnmr::cuda::DeviceController<> dev(1000, {}, {}, {}, {}, b);
+    std::printf("  phase 3 as a programmatic dependent launch: %s\n", dev.programmatic_launch() ? "yes" : "no");
     compare("default, maxO 3", host, dev, 1000, q ? 30 : 60, 101, false);
   }
   {
@@ -116,6 +118,15 @@ void test_controller_vs_host() {
     gnmr::GnmrController<> host(n, {}, {}, {}, {}, b);
     gnmr::cuda::DeviceController<> dev(ws.p, bytes, n, {}, {}, {}, {}, b);
     compare("default, maxO 40, caller workspace", host, dev, n, 40, 103, false);
+    // Large enough, misaligned: refused for the alignment alone.
+    Dev<unsigned char> ws2(bytes + 256);
+    bool threw = false;
+    try {
+      gnmr::cuda::DeviceController<> bad(ws2.p + 16, bytes, n, {}, {}, {}, {}, b);
+    } catch (const std::invalid_argument& e) {
+      threw = std::strstr(e.what(), "256-byte aligned") != nullptr;
+    }
+    EXPECT(threw, "a workspace that is not 256-byte aligned was accepted");
   }
   {
     // From partials, RMS norm (unit sizes), window mean, reset on grant,

@@ -126,6 +126,29 @@ inline void* acquire_workspace(DeviceBuffer& own, void* workspace, std::size_t w
   return workspace;
 }
 
+// Whether `kernel` may be launched as a programmatic dependent on the current
+// device: the device is sm_90 or later and the kernel's code was compiled for
+// compute_90 or later (so its wait_prior_grid() is not compiled out, e.g.
+// under a PTX JIT of an older virtual architecture). GNMR_CUDA_NO_PDL turns
+// it off.
+template <class Kernel>
+inline bool pdl_supported(Kernel kernel) {
+#ifdef GNMR_CUDA_NO_PDL
+  (void)kernel;
+  return false;
+#else
+  int dev = 0, major = 0;
+  cudaFuncAttributes fa{};
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major >= 9 && fa.ptxVersion >= 90;
+#endif
+}
+
 // Carves aligned sub-buffers out of one allocation (or out of a caller's
 // workspace): a dry run with base == nullptr measures the size.
 class Carver {
@@ -200,6 +223,24 @@ __device__ __forceinline__ T load_cg(const T* p) {
 #pragma unroll
   for (unsigned i = 0; i < sizeof(T) / 4; ++i) dst[i] = __ldcg(src + i);
   return out;
+}
+
+// Programmatic dependent launch (Hopper and later): a kernel launched with
+// the programmatic-stream-serialization attribute may start while the one
+// before it on the stream is still running; it must wait_prior_grid() before
+// reading anything that kernel writes (the wait returns once that grid has
+// completed and its writes are visible). allow_dependents() lets the next
+// grid's blocks be scheduled early. Both compile to nothing below sm_90,
+// where the host never sets the attribute (pdl_supported()).
+__device__ __forceinline__ void wait_prior_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
 }
 
 // One block's run of `count` trivially copyable T's, copied between global

@@ -6,8 +6,8 @@
 //   ctl.step(d_partials, stream);                             // step (c)
 //   my_optimizer<<<..., stream>>>(ctl.decisions(), ctl.summary(), ...);  // step (d)
 //
-// A step is two kernel launches on the caller's stream (controller_kernels.cuh):
-// no allocation, no host synchronisation, no device-to-host copy, and the
+// A step is two kernel launches on the caller's stream (controller_kernels.cuh;
+// on sm_90+ the second is a programmatic dependent of the first): no allocation, no host synchronisation, no device-to-host copy, and the
 // step counter lives on the device, so the whole sequence can be captured
 // in a CUDA graph and replayed. Decisions, reports and the summary are
 // device arrays; read telemetry a step late with copy_summary_async() into
@@ -73,6 +73,7 @@ class DeviceController {
     check(cudaMemset(b_.counters, 0, 2 * sizeof(unsigned int)), "DeviceController: init");
     check(cudaMemset(b_.dec, 0, n_ * sizeof(UnitDecision)), "DeviceController: init");
     check(cudaMemset(b_.rep, 0, n_ * sizeof(UnitReport)), "DeviceController: init");
+    pdl_ = pdl_supported(detail::ctrl_phase3<Policies>);
     reset();
   }
 
@@ -80,6 +81,9 @@ class DeviceController {
   DeviceController& operator=(const DeviceController&) = delete;
 
   std::size_t num_units() const { return n_; }
+  // Whether phase 3 is launched as a programmatic dependent of phase 1
+  // (sm_90+, see pdl_supported); the decisions are the same either way.
+  bool programmatic_launch() const { return pdl_; }
   const Policies& policies() const { return p_; }
 
   // One step from per-unit partials in device memory (Norm's sum of squares
@@ -235,8 +239,19 @@ class DeviceController {
     detail::ctrl_phase1<Policies, kFinish><<<nb, gnmr::detail::kSelectThreads, 0, stream>>>(a, in);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    detail::ctrl_phase3<Policies><<<nb, gnmr::detail::kSelectThreads, 0, stream>>>(a);
-    return cudaGetLastError();
+    // Phase 3 as a programmatic dependent of phase 1 (sm_90+): its launch and
+    // state staging overlap phase 1 instead of following it.
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(nb);
+    cfg.blockDim = dim3(gnmr::detail::kSelectThreads);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_ ? 1u : 0u;
+    return cudaLaunchKernelEx(&cfg, detail::ctrl_phase3<Policies>, a);
   }
 
   static constexpr const char* kCopy = "DeviceController: download";
@@ -247,6 +262,7 @@ class DeviceController {
   DeviceBuffer own_;
   Bufs b_;
   bool numel_set_ = false;
+  bool pdl_ = false;
 };
 
 }  // namespace cuda

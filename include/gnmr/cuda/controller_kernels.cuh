@@ -207,6 +207,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, co
   const std::uint32_t base = blockIdx.x * kSelectThreads;
   const std::uint32_t i = base + threadIdx.x;
   const std::int64_t t = *a.step + 1;
+  allow_dependents();  // phase 3's blocks may stage their state meanwhile
   if constexpr (kStage) {
     stage_in(s_stage, a.state + base, a.n - base < kSelectThreads ? a.n - base : kSelectThreads);
     __syncthreads();
@@ -279,10 +280,11 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase3(CtrlArgs<PS> a) {
   State* s_state = reinterpret_cast<State*>(s_stage);
   UnitReport* s_rep = reinterpret_cast<UnitReport*>(s_stage);
   UnitDecision* s_dec = reinterpret_cast<UnitDecision*>(s_rep + kSelectThreads);
-  if constexpr (kStage) {
-    stage_in(s_stage, a.state + base, count);
-    __syncthreads();
-  }
+  // Phase 1 only reads the state: staging it may overlap phase 1 (launched
+  // as its programmatic dependent); its norms, keys and rule may not.
+  if constexpr (kStage) stage_in(s_stage, a.state + base, count);
+  wait_prior_grid();
+  if constexpr (kStage) __syncthreads();
   Acc acc = Acc::zero();
   State s;
   UnitDecision d;

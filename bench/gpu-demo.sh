@@ -125,6 +125,16 @@ if ! smoke; then
   fi
 fi
 tail -12 "$out/demo-smoke.log"
+# The checks of CTest's demo_smoke_cuda (this build has no tests configured).
+stamp "demo_smoke_cuda checks (tests/demo/run_demo_test.cmake)"
+if timeout "$(budget 120 150)" cmake -DDEMO="$root/$demo" -DOUT="$root/$build/smoke-check" -DEXPECT_PNG=0 \
+  -DDEVICE=cuda -DDATA="$(cd "$data" && pwd)" -DCONTROLLERS=none,clip,skip-step,gnmr-ladder,gnmr \
+  -P tests/demo/run_demo_test.cmake >>"$out/demo-smoke.log" 2>&1; then
+  echo "demo_smoke_cuda checks: passed"
+else
+  echo "demo_smoke_cuda checks: FAILED"
+  tail -20 "$out/demo-smoke.log"
+fi
 
 rc_all=0
 first="$(echo $seeds | cut -d' ' -f1)"

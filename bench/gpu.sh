@@ -108,6 +108,13 @@ cat "$out/ctest.log" | tail -60
 skipped="$(grep -c '(Skipped)' "$out/ctest.log")"
 note "ctest -L gpu" "$(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1); skipped: $skipped"
 
+# The NCCL reducer's own log lines (its cost), which ctest keeps to itself.
+nccl_bin="$build/tests/mpi/gnmr_nccl_reducer_gpu"
+if [ -x "$nccl_bin" ]; then
+  timeout 60 "$nccl_bin" >"$build/nccl.log" 2>&1
+  note "nccl_reducer_gpu (direct)" "rc $? | $(grep -E '^nccl_reducer_gpu:' "$build/nccl.log" | tr '\n' ' ')"
+fi
+
 # --- benchmarks -------------------------------------------------------------------
 stamp "gnmr_bench_cuda"
 bargs=()

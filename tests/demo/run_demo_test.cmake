@@ -3,8 +3,8 @@
 # unstressed reference plus each controller), steps.csv has one row per step
 # and run, trace_gnmr.csv exists, and demo.png exists when gnuplot does.
 # Inputs: DEMO (the executable), OUT (scratch dir), EXPECT_PNG (bool),
-# optional DEVICE (cpu | cuda, default cpu) and CONTROLLERS (comma-separated,
-# default none,gnmr). Without a CUDA device, --device cuda prints "sees no
+# optional DEVICE (cpu | cuda, default cpu), CONTROLLERS (comma-separated,
+# default none,gnmr) and DATA (the text, default the demo's: fortunes). Without a CUDA device, --device cuda prints "sees no
 # CUDA device" and the CTest entry reports Skipped (SKIP_REGULAR_EXPRESSION).
 file(REMOVE_RECURSE "${OUT}")
 set(steps 5)
@@ -16,9 +16,13 @@ if(NOT CONTROLLERS)
 endif()
 set(ctl_arg "${CONTROLLERS}")
 string(REPLACE "," ";" CONTROLLERS "${CONTROLLERS}")
+set(data_arg)
+if(DATA)
+  set(data_arg --data "${DATA}")
+endif()
 execute_process(
   COMMAND "${DEMO}" --steps ${steps} --controllers ${ctl_arg} --layers 1 --width 32
-          --fault-rate 0.5 --device ${DEVICE} --out "${OUT}"
+          --fault-rate 0.5 --device ${DEVICE} --out "${OUT}" ${data_arg}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "gnmr-demo failed (${rc}):\n${out}\n${err}")

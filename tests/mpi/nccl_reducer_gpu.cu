@@ -214,6 +214,52 @@ int main() {
     CUDA_OK(cudaGraphDestroy(graph));
   }
 
+  // Cost, for docs/distributed.md: one all-reduce of 10,000 unit partials
+  // (fp32 sums), 200 back to back on every device, timed with events on
+  // device 0. A log line, not a check: the GPU count sets what it means.
+  {
+    constexpr std::size_t kUnits = 10000;
+    constexpr int kReps = 200;
+    std::vector<float*> big(D.n);
+    for (int d = 0; d < D.n; ++d) {
+      CUDA_OK(cudaSetDevice(d));
+      CUDA_OK(cudaMalloc(&big[d], kUnits * 4));
+      CUDA_OK(cudaMemsetAsync(big[d], 0, kUnits * 4, D.streams[d]));
+    }
+    const auto round = [&] {
+      NCCL_OK(ncclGroupStart());
+      for (int d = 0; d < D.n; ++d) {
+        CUDA_OK(cudaSetDevice(d));
+        D.red[d].allreduce(big[d], kUnits, gnmr::Combine::kSum, D.streams[d]);
+      }
+      NCCL_OK(ncclGroupEnd());
+    };
+    for (int i = 0; i < 10; ++i) round();
+    cudaEvent_t e0, e1;
+    CUDA_OK(cudaSetDevice(0));
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    CUDA_OK(cudaEventRecord(e0, D.streams[0]));
+    for (int i = 0; i < kReps; ++i) round();
+    CUDA_OK(cudaSetDevice(0));
+    CUDA_OK(cudaEventRecord(e1, D.streams[0]));
+    for (int d = 0; d < D.n; ++d) {
+      CUDA_OK(cudaSetDevice(d));
+      CUDA_OK(cudaStreamSynchronize(D.streams[d]));
+    }
+    float ms = 0.0f;
+    CUDA_OK(cudaSetDevice(0));
+    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+    std::printf("nccl_reducer_gpu: all-reduce of %zu floats over %d device(s): %.2f us each (%d back to back)\n",
+                kUnits, D.n, 1e3 * ms / kReps, kReps);
+    CUDA_OK(cudaEventDestroy(e0));
+    CUDA_OK(cudaEventDestroy(e1));
+    for (int d = 0; d < D.n; ++d) {
+      CUDA_OK(cudaSetDevice(d));
+      CUDA_OK(cudaFree(big[d]));
+    }
+  }
+
   const gnmr::ReducerStats st = D.red[0].stats();
   std::printf("nccl_reducer_gpu: %d device(s), %llu collectives, %llu bytes on device 0: %s\n", D.n,
               static_cast<unsigned long long>(st.collectives), static_cast<unsigned long long>(st.bytes),

@@ -101,7 +101,7 @@ inline void print_summary(const std::vector<RunStats>& runs, int top) {
                 static_cast<unsigned long long>(r.global_skips), 100.0 * r.recovered(), r.max_in_rec);
   std::printf("(recovered: unit-steps in recovery / (steps x units); max_rec: most units in "
               "recovery at once)\n");
-  std::printf("\nratio r and Delta-GNMR d over unit-steps past warm-up (quantiles within ~1%%):\n");
+  std::printf("\nratio r and Delta-GNMR d over unit-steps past warm-up (quantiles within 1.2%%):\n");
   std::printf("%-12s %8s %8s %8s %9s %8s %8s %9s %9s\n", "preset", "r_p50", "r_p99", "r_p99.9",
               "r_max", "d_p99", "d_p99.9", "d_max", "samples");
   for (const RunStats& r : runs) {

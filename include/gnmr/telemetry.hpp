@@ -77,9 +77,7 @@ class EventLog {
   }
 
   // Does this step have anything to log? (Cheap: the summary alone.)
-  static bool has_events(const StepSummary& s) {
-    return (s.triggered | s.granted | s.denied | s.released | s.nonfinite | s.skip_step) != 0u;
-  }
+  static bool has_events(const StepSummary& s) { return step_has_events(s); }
 
   // Logs one step; names[i] names unit i (nullptr: "unit<i>"). Returns the
   // number of lines written. Throws std::runtime_error if the stream fails.
@@ -106,34 +104,6 @@ class EventLog {
     return finish_step(s, lines);
   }
 
- private:
-  std::size_t unit_lines(std::int64_t step, std::size_t i, const std::string* names,
-                         const UnitReport& r) {
-    constexpr std::uint32_t kAny = kTriggered | kGranted | kDenied | kReleased | kNonFinite;
-    if (!(r.flags & kAny)) return 0;
-    const std::string* name = names ? &names[i] : nullptr;
-    std::size_t lines = 0;
-    if (r.flags & kReleased) lines += unit_line(step, i, name, "release", kEvRelease, r);
-    if (r.flags & kNonFinite) lines += unit_line(step, i, name, "nonfinite", kEvNonFinite, r);
-    if (r.flags & kTriggered) lines += unit_line(step, i, name, "trigger", kEvTrigger, r);
-    if (r.flags & kGranted) lines += unit_line(step, i, name, "grant", kEvGrant, r);
-    if (r.flags & kDenied) lines += unit_line(step, i, name, "deny", kEvDeny, r);
-    return lines;
-  }
-  std::size_t finish_step(const StepSummary& s, std::size_t lines) {
-    if (s.skip_step && (opt_.events & kEvGlobalSkip)) {
-      begin_line(s.step, -1);
-      put("\"name\":\"global\",\"event\":\"global_skip\",\"norm\":null,\"mean\":null,\"ratio\":");
-      put_float(s.max_ratio_unit >= 0 ? s.max_ratio : 0.0f);
-      put(",\"delta\":null,\"risk\":null,\"action\":\"skip\"}\n");
-      ++lines;
-    }
-    drain();
-    lines_ += lines;
-    return lines;
-  }
-
- public:
   // names empty: "unit<i>"; otherwise one name per unit.
   std::size_t write(const StepSummary& s, const UnitReport* reports, std::size_t n,
                     const std::vector<std::string>& names) {
@@ -156,6 +126,31 @@ class EventLog {
   }
 
  private:
+  std::size_t unit_lines(std::int64_t step, std::size_t i, const std::string* names,
+                         const UnitReport& r) {
+    if (!(r.flags & kEventFlags)) return 0;
+    const std::string* name = names ? &names[i] : nullptr;
+    std::size_t lines = 0;
+    if (r.flags & kReleased) lines += unit_line(step, i, name, "release", kEvRelease, r);
+    if (r.flags & kNonFinite) lines += unit_line(step, i, name, "nonfinite", kEvNonFinite, r);
+    if (r.flags & kTriggered) lines += unit_line(step, i, name, "trigger", kEvTrigger, r);
+    if (r.flags & kGranted) lines += unit_line(step, i, name, "grant", kEvGrant, r);
+    if (r.flags & kDenied) lines += unit_line(step, i, name, "deny", kEvDeny, r);
+    return lines;
+  }
+  std::size_t finish_step(const StepSummary& s, std::size_t lines) {
+    if (s.skip_step && (opt_.events & kEvGlobalSkip)) {
+      begin_line(s.step, -1);
+      put("\"name\":\"global\",\"event\":\"global_skip\",\"norm\":null,\"mean\":null,\"ratio\":");
+      put_float(s.max_ratio_unit >= 0 ? s.max_ratio : 0.0f);
+      put(",\"delta\":null,\"risk\":null,\"action\":\"skip\"}\n");
+      ++lines;
+    }
+    drain();
+    lines_ += lines;
+    return lines;
+  }
+
   static const char* action_text(const UnitReport& r, char (&buf)[64]) {
     std::size_t k = 0;
     const auto add = [&](const char* s, std::size_t len) {

@@ -61,6 +61,13 @@ struct StepSummary {
   std::uint32_t skip_step = 0;     // 1: the policy suggests skipping the step
 };
 
+// The unit flags that make an event in the log (gnmr/telemetry.hpp), and
+// whether a step has any event at all: its summary says so, no unit scan.
+constexpr std::uint32_t kEventFlags = kTriggered | kGranted | kDenied | kReleased | kNonFinite;
+GNMR_HOST_DEVICE bool step_has_events(const StepSummary& s) {
+  return (s.triggered | s.granted | s.denied | s.released | s.nonfinite | s.skip_step) != 0u;
+}
+
 // What a Trigger / Recovery policy sees of a unit at step t.
 struct UnitView {
   float norm;    // finite

@@ -49,17 +49,14 @@ __global__ void __launch_bounds__(Threads)
                    UnitReport* __restrict__ out_rep, std::uint32_t* __restrict__ out_count) {
   using Scan = cub::BlockScan<std::uint32_t, Threads>;
   __shared__ typename Scan::TempStorage tmp;
-  const StepSummary s = *summary;
-  if ((s.triggered | s.granted | s.denied | s.released | s.nonfinite | s.skip_step) == 0u) {
-    // The common case, EventLog::has_events() false: nothing to scan.
+  if (!step_has_events(*summary)) {  // the common case: nothing to scan
     if (threadIdx.x == 0) *out_count = 0;
     return;
   }
-  constexpr std::uint32_t kAny = kTriggered | kGranted | kDenied | kReleased | kNonFinite;
   std::uint32_t base = 0;
   for (std::uint32_t tile = 0; tile < n; tile += Threads) {
     const std::uint32_t i = tile + threadIdx.x;
-    const std::uint32_t has = (i < n && (rep[i].flags & kAny)) ? 1u : 0u;
+    const std::uint32_t has = (i < n && (rep[i].flags & kEventFlags)) ? 1u : 0u;
     std::uint32_t pos = 0, total = 0;
     Scan(tmp).ExclusiveSum(has, pos, total);
     __syncthreads();  // tmp is reused by the next tile

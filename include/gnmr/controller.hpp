@@ -61,6 +61,10 @@ class GnmrController {
     candidates_.reserve(num_units);
   }
 
+  // Another controller's policies and options (policies()), fresh state.
+  GnmrController(std::size_t num_units, const Policies& p)
+      : GnmrController(num_units, p.norm, p.mean, p.trigger, p.recovery, p.budget, p.opt) {}
+
   std::size_t num_units() const { return state_.size(); }
   std::int64_t steps_done() const { return step_; }
   const Policies& policies() const { return p_; }

@@ -51,6 +51,8 @@ struct PresetInfo {
 };
 
 inline const std::vector<PresetInfo>& preset_table() {
+  static const std::vector<std::string> gnmr_knobs = {
+      "tau", "delta", "warmup", "window", "delta_window", "beta", "max_o", "lock", "cooldown", "kappa", "mean"};
   static const std::vector<PresetInfo> t = {
       {"none", false, {}},
       {"clip", true, {"max_norm"}},
@@ -59,12 +61,8 @@ inline const std::vector<PresetInfo>& preset_table() {
       {"spam", false, {"tau", "beta", "warmup"}},
       {"skip-step", true, {"z", "window", "warmup"}},
       {"stabilizer", false, {}},
-      {"gnmr", false,
-       {"tau", "delta", "warmup", "window", "delta_window", "beta", "max_o", "lock", "cooldown",
-        "kappa", "mean"}},
-      {"gnmr-ladder", false,
-       {"tau", "delta", "warmup", "window", "delta_window", "beta", "max_o", "lock", "cooldown",
-        "kappa", "mean"}},
+      {"gnmr", false, gnmr_knobs},
+      {"gnmr-ladder", false, gnmr_knobs},
   };
   return t;
 }
@@ -224,7 +222,7 @@ auto with_preset(const std::string& name, std::size_t num_units, const Options& 
       auto ps = c.policies();
       if (o.tau) ps.trigger.tau = *o.tau;
       if (o.warmup) ps.trigger.warmup = u32("warmup", *o.warmup);
-      c = Spam(num_units, ps.norm, ps.mean, ps.trigger, ps.recovery, ps.budget, ps.opt);
+      c = Spam(num_units, ps);
     }
     return f(std::move(c));
   }
@@ -238,7 +236,7 @@ auto with_preset(const std::string& name, std::size_t num_units, const Options& 
       auto c = skip_step(num_units, p);
       auto ps = c.policies();
       ps.trigger.warmup = u32("warmup", *o.warmup);
-      return f(SkipStep(num_units, ps.norm, ps.mean, ps.trigger, ps.recovery, ps.budget, ps.opt));
+      return f(SkipStep(num_units, ps));
     }
     return f(skip_step(num_units, p));
   }

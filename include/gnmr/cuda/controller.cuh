@@ -7,7 +7,8 @@
 //   my_optimizer<<<..., stream>>>(ctl.decisions(), ctl.summary(), ...);  // step (d)
 //
 // A step is two kernel launches on the caller's stream (controller_kernels.cuh;
-// on sm_90+ the second is a programmatic dependent of the first): no allocation, no host synchronisation, no device-to-host copy, and the
+// on sm_90+ the second is a programmatic dependent of the first): no
+// allocation, no host synchronisation, no device-to-host copy, and the
 // step counter lives on the device, so the whole sequence can be captured
 // in a CUDA graph and replayed. Decisions, reports and the summary are
 // device arrays; read telemetry a step late with copy_summary_async() into
@@ -76,6 +77,11 @@ class DeviceController {
     pdl_ = pdl_supported(detail::ctrl_phase3<Policies>);
     reset();
   }
+
+  // A controller's policies and options (its policies(), host or device),
+  // fresh state.
+  DeviceController(std::size_t num_units, const Policies& p)
+      : DeviceController(num_units, p.norm, p.mean, p.trigger, p.recovery, p.budget, p.opt) {}
 
   DeviceController(const DeviceController&) = delete;
   DeviceController& operator=(const DeviceController&) = delete;

@@ -83,9 +83,7 @@ class DeviceDynAdapter final : public DynDeviceController {
   // state (unit states and step count; not unit sizes: call set_unit_numel
   // for RmsNorm). Setup time: allocates and uploads.
   DeviceDynAdapter(const Host& host, std::string name)
-      : dev_(host.num_units(), host.policies().norm, host.policies().mean, host.policies().trigger,
-             host.policies().recovery, host.policies().budget, host.policies().opt),
-        name_(std::move(name)) {
+      : dev_(host.num_units(), host.policies()), name_(std::move(name)) {
     if (host.steps_done() != 0) dev_.restore(host.unit_states(), host.steps_done());
   }
 
@@ -126,10 +124,7 @@ class DeviceDynAdapter final : public DynDeviceController {
   const Device& controller() const { return dev_; }
 
  private:
-  Host host_twin() const {
-    const auto& p = dev_.policies();
-    return Host(dev_.num_units(), p.norm, p.mean, p.trigger, p.recovery, p.budget, p.opt);
-  }
+  Host host_twin() const { return Host(dev_.num_units(), dev_.policies()); }
 
   Device dev_;
   std::string name_;

@@ -252,31 +252,24 @@ __device__ __forceinline__ void allow_dependents() {
 // controller's buffers are 256-byte aligned and each block's run starts at a
 // multiple of 256 elements). The caller puts a __syncthreads() between a
 // stage and the shared reads or writes that depend on it.
+__device__ __forceinline__ void block_copy_words(void* dst, const void* src, std::uint32_t bytes) {
+  const std::uint32_t words = bytes / 16u;
+  for (std::uint32_t w = threadIdx.x; w < words; w += blockDim.x)
+    static_cast<uint4*>(dst)[w] = static_cast<const uint4*>(src)[w];
+  for (std::uint32_t w = words * 4u + threadIdx.x; w < bytes / 4u; w += blockDim.x)
+    static_cast<unsigned int*>(dst)[w] = static_cast<const unsigned int*>(src)[w];
+}
 template <class T>
 __device__ __forceinline__ void stage_in(void* smem, const T* g, std::uint32_t count) {
   static_assert(std::is_trivially_copyable<T>::value && sizeof(T) % 4 == 0,
                 "stage_in: 4-byte granular, trivially copyable types only");
-  const std::uint32_t bytes = count * static_cast<std::uint32_t>(sizeof(T));
-  const std::uint32_t words = bytes / 16u;
-  const uint4* src = reinterpret_cast<const uint4*>(g);
-  uint4* dst = static_cast<uint4*>(smem);
-  for (std::uint32_t w = threadIdx.x; w < words; w += blockDim.x) dst[w] = src[w];
-  const unsigned int* s4 = reinterpret_cast<const unsigned int*>(g);
-  unsigned int* d4 = static_cast<unsigned int*>(smem);
-  for (std::uint32_t w = words * 4u + threadIdx.x; w < bytes / 4u; w += blockDim.x) d4[w] = s4[w];
+  block_copy_words(smem, g, count * static_cast<std::uint32_t>(sizeof(T)));
 }
 template <class T>
 __device__ __forceinline__ void stage_out(T* g, const void* smem, std::uint32_t count) {
   static_assert(std::is_trivially_copyable<T>::value && sizeof(T) % 4 == 0,
                 "stage_out: 4-byte granular, trivially copyable types only");
-  const std::uint32_t bytes = count * static_cast<std::uint32_t>(sizeof(T));
-  const std::uint32_t words = bytes / 16u;
-  const uint4* src = static_cast<const uint4*>(smem);
-  uint4* dst = reinterpret_cast<uint4*>(g);
-  for (std::uint32_t w = threadIdx.x; w < words; w += blockDim.x) dst[w] = src[w];
-  const unsigned int* s4 = static_cast<const unsigned int*>(smem);
-  unsigned int* d4 = reinterpret_cast<unsigned int*>(g);
-  for (std::uint32_t w = words * 4u + threadIdx.x; w < bytes / 4u; w += blockDim.x) d4[w] = s4[w];
+  block_copy_words(g, smem, count * static_cast<std::uint32_t>(sizeof(T)));
 }
 
 }  // namespace detail

@@ -150,13 +150,14 @@ GNMR_HOST_DEVICE UnitView commit_unit(const PS& p, typename PS::UnitState& s, Un
     // The safety action: no update, and the sample stays out of every statistic.
     dec.flags |= kSkip;
     dec.scale = 0.0f;
-  } else if (v.flags & kZeroNorm) {
-    // Out of the statistics; a lock still runs its course (scale 1: 0 * x).
-    p.recovery.apply(s.recovery, v, dec, global_skip);
   } else {
     p.recovery.apply(s.recovery, v, dec, global_skip);
-    p.mean.push(s.mean, p.trigger.feed(v));
-    p.trigger.update(s.trigger, v);
+    // A zero norm (kZeroNorm) stays out of the statistics; a lock still runs
+    // its course (scale 1: 0 * x).
+    if (!(v.flags & kZeroNorm)) {
+      p.mean.push(s.mean, p.trigger.feed(v));
+      p.trigger.update(s.trigger, v);
+    }
   }
   v.flags = dec.flags;
   if (rep) {

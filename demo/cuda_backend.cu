@@ -65,7 +65,7 @@ CudaBackend::~CudaBackend() = default;
 std::size_t CudaBackend::num_units() const { return impl_->ctl->num_units(); }
 std::uint32_t CudaBackend::max_in_recovery() const { return impl_->ctl->max_in_recovery(); }
 
-const gnmr::StepSummary& CudaBackend::step(const CudaHyper& hy, double* control_ms, bool with_reports) {
+const gnmr::StepSummary& CudaBackend::step(const gnmr::AdamWParams& h, double* control_ms, bool with_reports) {
   using gnmr::cuda::check;
   Impl& I = *impl_;
   float* partials = static_cast<float*>(I.partials.get());
@@ -73,12 +73,6 @@ const gnmr::StepSummary& CudaBackend::step(const CudaHyper& hy, double* control_
   check(gnmr::cuda::unit_partials<gnmr::L2Norm>(*I.norms, partials, 0), "gnmr-demo: unit_partials");
   check(I.ctl->step(partials, 0), "gnmr-demo: controller step");
   check(cudaEventRecord(I.e1, 0), "gnmr-demo: event");
-  gnmr::AdamWParams h;
-  h.lr = hy.lr;
-  h.beta1 = hy.beta1;
-  h.beta2 = hy.beta2;
-  h.eps = hy.eps;
-  h.weight_decay = hy.weight_decay;
   // The summary carries a suggested global skip (skip-step, the ladder's top rung).
   check(gnmr::cuda::adamw_step(*I.adamw, h, I.ctl->decisions(), 0, nullptr, I.ctl->summary()),
         "gnmr-demo: AdamW");

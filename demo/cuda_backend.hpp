@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "gnmr/detail/adamw.hpp"  // gnmr::AdamWParams (plain C++)
 #include "gnmr/preset_select.hpp"
 #include "gnmr/types.hpp"
 
@@ -33,10 +34,6 @@ struct CudaTensorRef {  // device pointers, fp32, contiguous, fixed addresses
   float* exp_avg_sq;
   std::uint64_t numel;
   bool decay;  // weight decay applies (matrices), or not (biases, LayerNorm)
-};
-
-struct CudaHyper {
-  float lr, beta1, beta2, eps, weight_decay;
 };
 
 class CudaBackend {
@@ -60,7 +57,7 @@ class CudaBackend {
   // back into buffers reused every step (see above). *control_ms gets the
   // time of the norms + controller kernels (CUDA events), the CPU run's
   // definition.
-  const gnmr::StepSummary& step(const CudaHyper& h, double* control_ms, bool with_reports);
+  const gnmr::StepSummary& step(const gnmr::AdamWParams& h, double* control_ms, bool with_reports);
 
   // The last step's host copies (reports: empty unless asked for).
   const std::vector<gnmr::UnitDecision>& decisions() const;

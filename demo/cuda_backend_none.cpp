@@ -6,10 +6,7 @@
 
 namespace demo {
 
-struct CudaBackend::Impl {
-  std::vector<gnmr::UnitDecision> dec;
-  std::vector<gnmr::UnitReport> rep;
-};
+struct CudaBackend::Impl {};
 
 bool CudaBackend::built() { return false; }
 
@@ -22,10 +19,15 @@ CudaBackend::CudaBackend(const std::string&, const gnmr::presets::Options&, bool
 CudaBackend::~CudaBackend() = default;
 std::size_t CudaBackend::num_units() const { return 0; }
 std::uint32_t CudaBackend::max_in_recovery() const { return 0; }
-const gnmr::StepSummary& CudaBackend::step(const CudaHyper&, double*, bool) {
+// The constructor throws, so no object exists to call these on.
+const gnmr::StepSummary& CudaBackend::step(const gnmr::AdamWParams&, double*, bool) {
   throw std::logic_error("gnmr-demo: no CUDA step in this build");
 }
-const std::vector<gnmr::UnitDecision>& CudaBackend::decisions() const { return impl_->dec; }
-const std::vector<gnmr::UnitReport>& CudaBackend::reports() const { return impl_->rep; }
+const std::vector<gnmr::UnitDecision>& CudaBackend::decisions() const {
+  throw std::logic_error("gnmr-demo: no CUDA step in this build");
+}
+const std::vector<gnmr::UnitReport>& CudaBackend::reports() const {
+  throw std::logic_error("gnmr-demo: no CUDA step in this build");
+}
 
 }  // namespace demo

@@ -67,7 +67,7 @@ struct BlockImpl : torch::nn::Module {
 TORCH_MODULE(Block);
 
 struct GptImpl : torch::nn::Module {
-  GptImpl(const ModelConfig& c, const Stress* s) : cfg(c) {
+  GptImpl(const ModelConfig& c, const Stress* s) {
     if (c.width % c.heads != 0) throw std::invalid_argument("--width must be a multiple of 4");
     tok = register_module("tok", torch::nn::Embedding(c.vocab, c.width));
     pos = register_module("pos", torch::nn::Embedding(c.ctx, c.width));
@@ -107,7 +107,6 @@ struct GptImpl : torch::nn::Module {
                                                 targets.view({-1}));
   }
 
-  ModelConfig cfg;
   torch::nn::Embedding tok{nullptr}, pos{nullptr};
   std::vector<Block> blocks;
   torch::nn::LayerNorm lnf{nullptr};

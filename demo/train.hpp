@@ -81,7 +81,6 @@ struct RunResult {
   std::uint32_t max_in_recovery_limit = 0xffffffffu;
   double initial_loss = NAN, final_train = NAN, final_val = NAN;
   bool nonfinite_loss = false;
-  int stopped_at = 0;  // last step run (== steps unless the loss went non-finite)
 };
 
 // "clip+gnmr": a layered controller, the training recipe's global rule
@@ -290,8 +289,12 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
       for (std::size_t i = 0; i < nt; ++i)
         if (params[i].grad().data_ptr() != grad_at[i])
           throw std::logic_error("gnmr-demo: a gradient moved; the CUDA plans point at the old buffer");
-      const CudaHyper h{static_cast<float>(row.lr), static_cast<float>(rc.beta1),
-                        static_cast<float>(rc.beta2), static_cast<float>(rc.eps), static_cast<float>(rc.wd)};
+      gnmr::AdamWParams h;
+      h.lr = static_cast<float>(row.lr);
+      h.beta1 = static_cast<float>(rc.beta1);
+      h.beta2 = static_cast<float>(rc.beta2);
+      h.eps = static_cast<float>(rc.eps);
+      h.weight_decay = static_cast<float>(rc.wd);
       // partials, controller and the fused AdamW; results read back for the CSV
       sum = &gpu->step(h, &row.control_ms, rc.keep_unit_trace);
       dec = &gpu->decisions();
@@ -341,7 +344,6 @@ inline RunResult train_one(const Corpus& data, ModelConfig mc, const RunConfig& 
     }
     R.rows.push_back(row);
   }
-  R.stopped_at = R.rows.empty() ? 0 : R.rows.back().step;
   // A single batch's loss is noisy: the final train loss is the mean of the
   // last (up to) 10 steps.
   double s = 0;

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -67,7 +68,7 @@ inline std::string flag_names(std::uint32_t f) {
                 {gnmr::kCooldown, "COOLDOWN"},     {gnmr::kNonFinite, "NONFINITE"},
                 {gnmr::kSkip, "SKIP"},             {gnmr::kResetMoments, "RESET_MOMENTS"},
                 {gnmr::kPromote, "PROMOTE"},       {gnmr::kReleased, "RELEASED"},
-                {gnmr::kWarmup, "WARMUP"}};
+                {gnmr::kWarmup, "WARMUP"},         {gnmr::kZeroNorm, "ZERO_NORM"}};
   std::string s;
   for (const auto& n : kNames)
     if (f & n.bit) {
@@ -75,7 +76,11 @@ inline std::string flag_names(std::uint32_t f) {
       s += n.name;
       f &= ~n.bit;
     }
-  if (f) s += (s.empty() ? "" : "|") + std::string("0x") + std::to_string(f);
+  if (f) {
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%#x", static_cast<unsigned>(f));
+    s += (s.empty() ? "" : "|") + std::string(hex);
+  }
   return s.empty() ? "none" : s;
 }
 

@@ -63,6 +63,8 @@ inline const std::vector<PresetInfo>& preset_table() {
       {"stabilizer", false, {}},
       {"gnmr", false, gnmr_knobs},
       {"gnmr-ladder", false, gnmr_knobs},
+      {"gnmr-promote", false, gnmr_knobs},
+      {"gnmr-clip", false, gnmr_knobs},
   };
   return t;
 }
@@ -241,9 +243,16 @@ auto with_preset(const std::string& name, std::size_t num_units, const Options& 
     return f(skip_step(num_units, p));
   }
   if (name == "stabilizer") return f(stabilizer(num_units));
-  if (name == "gnmr") {
+  // gnmr-clip is today's gnmr under its own name: gnmr's default may change
+  // (issue 11's benchmark), a script that wants the clip keeps it.
+  if (name == "gnmr" || name == "gnmr-clip") {
     ClipToMean r;
     if (o.kappa) r.kappa = *o.kappa;
+    return detail::gnmr_any_mean(num_units, r, o, f);
+  }
+  if (name == "gnmr-promote") {
+    ClipAndPromote r;
+    if (o.kappa) r.first.kappa = *o.kappa;
     return detail::gnmr_any_mean(num_units, r, o, f);
   }
   // gnmr-ladder

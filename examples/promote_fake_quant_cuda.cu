@@ -28,6 +28,7 @@
 #include <cstring>
 #include <vector>
 
+#include "example_cuda.cuh"
 #include "fake_quant_case.hpp"
 #include "gnmr/cuda/accessors.cuh"
 #include "gnmr/cuda/controller.cuh"
@@ -38,15 +39,6 @@ namespace {
 using namespace fq_case;
 // The gnmr-promote policies on the device, by their typed alias.
 using DevCtl = gnmr::presets::GnmrWith<gnmr::presets::ClipAndPromote, gnmr::cuda::DeviceController>;
-
-#define CUDA_OK(call)                                                                       \
-  do {                                                                                      \
-    const cudaError_t e_ = (call);                                                          \
-    if (e_ != cudaSuccess) {                                                                \
-      std::printf("CUDA error at %s:%d: %s (FAILED)\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      return 1;                                                                             \
-    }                                                                                       \
-  } while (0)
 
 // max |x| of one tensor into *out: one block, a fixed tree (max is exact,
 // so any order would give these bits; the fixed one costs nothing).
@@ -88,11 +80,7 @@ T* upload(const std::vector<T>& h) {
 }  // namespace
 
 int main() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("promote_fake_quant_cuda: no usable CUDA device: skipped\n");
-    return 77;
-  }
+  if (!have_device("promote_fake_quant_cuda")) return 77;
   const Case c = make_case();
   const std::size_t out_elems = static_cast<std::size_t>(kBatch) * kOut;
 
@@ -113,7 +101,7 @@ int main() {
 
   DevCtl ctl(kUnits);  // SPEC defaults: tau 3, warm-up 10, maxO 4, lock 8; kappa 1
   cudaStream_t st;
-  CUDA_OK(cudaStreamCreate(&st));
+  EXAMPLE_CUDA_OK(cudaStreamCreate(&st));
   for (int s = 1; s <= kSteps; ++s) {
     const float* x = dX + static_cast<std::size_t>(s - 1) * kBatch * kIn;
     for (std::uint32_t u = 0; u < kUnits; ++u) {
@@ -125,12 +113,12 @@ int main() {
           dW[u], dB[u], x, am, format_of(u), ctl.decisions(), u,
           dY + (static_cast<std::size_t>(s - 1) * kUnits + u) * out_elems);
     }
-    CUDA_OK(cudaGetLastError());
-    CUDA_OK(ctl.step_norms(dN + (s - 1) * kUnits, st));
+    EXAMPLE_CUDA_OK(cudaGetLastError());
+    EXAMPLE_CUDA_OK(ctl.step_norms(dN + (s - 1) * kUnits, st));
   }
-  CUDA_OK(cudaStreamSynchronize(st));
+  EXAMPLE_CUDA_OK(cudaStreamSynchronize(st));
   std::vector<float> Y(kSteps * kUnits * out_elems);
-  CUDA_OK(cudaMemcpy(Y.data(), dY, Y.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  EXAMPLE_CUDA_OK(cudaMemcpy(Y.data(), dY, Y.size() * sizeof(float), cudaMemcpyDeviceToHost));
 
   const Replay ref = replay(c);
   int bad = 0;

@@ -31,6 +31,7 @@
 #include <cstring>
 #include <vector>
 
+#include "example_cuda.cuh"
 #include "gnmr/cuda/accessors.cuh"
 #include "gnmr/cuda/controller.cuh"
 #include "gnmr/cuda/norms.cuh"
@@ -49,15 +50,6 @@ struct DevTensor {
   std::uint32_t numel, unit;
   float level;
 };
-
-#define CUDA_OK(call)                                                                                \
-  do {                                                                                               \
-    const cudaError_t e_ = (call);                                                                   \
-    if (e_ != cudaSuccess) {                                                                         \
-      std::printf("CUDA error at %s:%d: %s (FAILED)\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      return 1;                                                                                      \
-    }                                                                                                \
-  } while (0)
 
 // grid.y = tensor, grid.x = blocks striding over its elements.
 __global__ void make_grads(const DevTensor* __restrict__ ts, const std::int64_t* __restrict__ steps_done) {
@@ -89,34 +81,30 @@ __global__ void record(const gnmr::UnitDecision* __restrict__ decisions, const s
 }  // namespace
 
 int main() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    std::printf("sgd_momentum_cuda: no usable CUDA device: skipped\n");
-    return 77;
-  }
+  if (!have_device("sgd_momentum_cuda")) return 77;
   const std::vector<Spec> sp = specs();
   std::vector<DevTensor> ts;
   std::vector<gnmr::Segment> segs;
   std::vector<std::vector<float>> p0;
   for (std::uint32_t k = 0; k < kTensors; ++k) {
     DevTensor T{nullptr, nullptr, nullptr, sp[k].numel, sp[k].unit, sp[k].level};
-    CUDA_OK(cudaMalloc(&T.p, T.numel * sizeof(float)));
-    CUDA_OK(cudaMalloc(&T.g, T.numel * sizeof(float)));
-    CUDA_OK(cudaMalloc(&T.buf, T.numel * sizeof(float)));
+    EXAMPLE_CUDA_OK(cudaMalloc(&T.p, T.numel * sizeof(float)));
+    EXAMPLE_CUDA_OK(cudaMalloc(&T.g, T.numel * sizeof(float)));
+    EXAMPLE_CUDA_OK(cudaMalloc(&T.buf, T.numel * sizeof(float)));
     p0.emplace_back(T.numel);
     for (std::uint32_t i = 0; i < T.numel; ++i) p0[k][i] = init_param(k, i);
-    CUDA_OK(cudaMemcpy(T.p, p0[k].data(), T.numel * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemset(T.buf, 0, T.numel * sizeof(float)));
+    EXAMPLE_CUDA_OK(cudaMemcpy(T.p, p0[k].data(), T.numel * sizeof(float), cudaMemcpyHostToDevice));
+    EXAMPLE_CUDA_OK(cudaMemset(T.buf, 0, T.numel * sizeof(float)));
     ts.push_back(T);
     segs.push_back({T.g, T.numel, gnmr::DType::kF32, T.unit});  // one unit per operator: weight + bias
   }
   DevTensor* d_ts = nullptr;
   float* d_partials = nullptr;
   gnmr::UnitDecision* d_history = nullptr;
-  CUDA_OK(cudaMalloc(&d_ts, ts.size() * sizeof(DevTensor)));
-  CUDA_OK(cudaMemcpy(d_ts, ts.data(), ts.size() * sizeof(DevTensor), cudaMemcpyHostToDevice));
-  CUDA_OK(cudaMalloc(&d_partials, kUnits * sizeof(float)));
-  CUDA_OK(cudaMalloc(&d_history, kSteps * kUnits * sizeof(gnmr::UnitDecision)));
+  EXAMPLE_CUDA_OK(cudaMalloc(&d_ts, ts.size() * sizeof(DevTensor)));
+  EXAMPLE_CUDA_OK(cudaMemcpy(d_ts, ts.data(), ts.size() * sizeof(DevTensor), cudaMemcpyHostToDevice));
+  EXAMPLE_CUDA_OK(cudaMalloc(&d_partials, kUnits * sizeof(float)));
+  EXAMPLE_CUDA_OK(cudaMalloc(&d_history, kSteps * kUnits * sizeof(gnmr::UnitDecision)));
 
   // Setup: the plan and the controller allocate here, once.
   gnmr::cuda::NormPlan plan(segs, kUnits);
@@ -125,19 +113,19 @@ int main() {
   const dim3 grid(8, kTensors), block(256);
 
   cudaStream_t st;
-  CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  EXAMPLE_CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
-  CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+  EXAMPLE_CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
   make_grads<<<grid, block, 0, st>>>(d_ts, ctl.steps_done_device());
-  CUDA_OK(gnmr::cuda::unit_partials<gnmr::L2Norm>(plan, d_partials, st));
-  CUDA_OK(ctl.step(d_partials, st));
+  EXAMPLE_CUDA_OK(gnmr::cuda::unit_partials<gnmr::L2Norm>(plan, d_partials, st));
+  EXAMPLE_CUDA_OK(ctl.step(d_partials, st));
   sgd_momentum<<<grid, block, 0, st>>>(d_ts, h, ctl.decisions(), ctl.summary());
   record<<<1, 32, 0, st>>>(ctl.decisions(), ctl.steps_done_device(), d_history);
-  CUDA_OK(cudaStreamEndCapture(st, &graph));
-  CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int t = 1; t <= kSteps; ++t) CUDA_OK(cudaGraphLaunch(exec, st));
-  CUDA_OK(cudaStreamSynchronize(st));
+  EXAMPLE_CUDA_OK(cudaStreamEndCapture(st, &graph));
+  EXAMPLE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int t = 1; t <= kSteps; ++t) EXAMPLE_CUDA_OK(cudaGraphLaunch(exec, st));
+  EXAMPLE_CUDA_OK(cudaStreamSynchronize(st));
 
   // Compare with the CPU reference.
   const Replay ref = replay();
@@ -147,15 +135,15 @@ int main() {
     ++bad;
   }
   std::vector<gnmr::UnitDecision> hist(kSteps * kUnits);
-  CUDA_OK(cudaMemcpy(hist.data(), d_history, hist.size() * sizeof(gnmr::UnitDecision), cudaMemcpyDeviceToHost));
+  EXAMPLE_CUDA_OK(cudaMemcpy(hist.data(), d_history, hist.size() * sizeof(gnmr::UnitDecision), cudaMemcpyDeviceToHost));
   if (std::memcmp(hist.data(), ref.decisions.data(), hist.size() * sizeof(gnmr::UnitDecision)) != 0) {
     std::printf("CHECK FAILED: the device's decisions differ from the host controller's\n");
     ++bad;
   }
   for (std::uint32_t k = 0; k < kTensors; ++k) {
     std::vector<float> p(sp[k].numel), buf(sp[k].numel);
-    CUDA_OK(cudaMemcpy(p.data(), ts[k].p, p.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(buf.data(), ts[k].buf, buf.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    EXAMPLE_CUDA_OK(cudaMemcpy(p.data(), ts[k].p, p.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    EXAMPLE_CUDA_OK(cudaMemcpy(buf.data(), ts[k].buf, buf.size() * sizeof(float), cudaMemcpyDeviceToHost));
     if (std::memcmp(p.data(), ref.p[k].data(), p.size() * sizeof(float)) != 0 ||
         std::memcmp(buf.data(), ref.buf[k].data(), buf.size() * sizeof(float)) != 0) {
       std::printf("CHECK FAILED: tensor %u differs from the CPU reference\n", k);

@@ -142,23 +142,24 @@ class AdamW(torch.optim.Optimizer):
             states[u] = s
         return states
 
-    def _sync_state(self) -> None:
-        """Writes the cores' per-unit step state into self.state."""
-        if self._cores is None:
-            return
-        for group, core in zip(self.param_groups, self._cores):
-            states = core.states()
-            for p in group["params"]:
-                step, b1, b2 = states[self.controller.unit_of(p)]
-                st = self.state[p]
-                st["step"], st["beta1_pow"], st["beta2_pow"] = int(step), float(b1), float(b2)
-
     def state_dict(self) -> Dict[str, Any]:
-        """torch's optimizer state dict; each parameter's state holds
+        """torch's optimizer state dict; each parameter's entry holds
         exp_avg, exp_avg_sq and its unit's step, beta1_pow and beta2_pow
-        (Python numbers, kept exact). Synchronises on CUDA."""
-        self._sync_state()
-        return super().state_dict()
+        (Python numbers, kept exact: the per-unit bias-correction state lives
+        in the C++ core, not in ``self.state``). Synchronises on CUDA."""
+        sd = super().state_dict()
+        if self._cores is None:
+            return sd
+        packed = sd["state"]
+        for group, packed_group, core in zip(self.param_groups, sd["param_groups"], self._cores):
+            states = core.states()
+            for p, idx in zip(group["params"], packed_group["params"]):
+                if idx in packed:
+                    step, b1, b2 = states[self.controller.unit_of(p)]
+                    # A copy: packed[idx] is the very dict of self.state[p].
+                    packed[idx] = dict(packed[idx], step=int(step), beta1_pow=float(b1),
+                                       beta2_pow=float(b2))
+        return sd
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """torch's load_state_dict; a torch.optim.AdamW state dict loads too

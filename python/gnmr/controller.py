@@ -174,6 +174,8 @@ class Controller:
         Raises ValueError (nothing changed) when a gradient is unusable:
         sparse, not dense, or not float32/bfloat16/float16.
         """
+        if optimizer is not None:
+            _check_optimizer(optimizer)  # before anything changes
         s = self._step(apply=True)
         if optimizer is not None:
             self.reset_moments(optimizer)
@@ -242,14 +244,7 @@ class Controller:
         ``momentum_buffer`` is dropped. Returns the number of tensors reset.
         Call it before ``optimizer.step()`` (``step(optimizer)`` does).
         :class:`gnmr.optim.AdamW` resets its own moments: ValueError."""
-        from .optim import AdamW
-
-        if isinstance(optimizer, AdamW):
-            raise ValueError("gnmr: gnmr.optim.AdamW resets its own moments; reset_moments is for "
-                             "other optimizers")
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"gnmr: reset_moments needs a torch.optim.Optimizer, got "
-                            f"{type(optimizer).__name__}")
+        _check_optimizer(optimizer)
         flags = self.decisions().flags.tolist()
         done = 0
         with torch.no_grad():
@@ -360,6 +355,17 @@ class Controller:
     def __repr__(self) -> str:
         return (f"gnmr.Controller(preset={self._preset!r}, units={len(self._names)}, "
                 f"device={self._device}, overrides={self._overrides})")
+
+
+def _check_optimizer(optimizer: Any) -> None:
+    from .optim import AdamW
+
+    if isinstance(optimizer, AdamW):
+        raise ValueError("gnmr: gnmr.optim.AdamW resets its own moments (and runs the controller "
+                         "itself): do not pass it to Controller.step or reset_moments")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"gnmr: reset_moments needs a torch.optim.Optimizer, got "
+                        f"{type(optimizer).__name__}")
 
 
 def _reset_state(st: Dict[str, Any], p: torch.Tensor) -> None:

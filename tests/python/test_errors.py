@@ -148,6 +148,10 @@ def test_bad_calls(tmp_path):
         ctl.reset_moments(gnmr.optim.AdamW(m.parameters(), controller=ctl))
     with pytest.raises(TypeError, match="needs a torch.optim.Optimizer"):
         ctl.reset_moments("adam")
+    backward(m)
+    with pytest.raises(TypeError, match="needs a torch.optim.Optimizer"):
+        ctl.step("adam")
+    assert ctl.steps_done == 0 and m.fc1.weight.grad is not None
     with pytest.raises(OSError, match="events: cannot write"):
         ctl.events(tmp_path / "no" / "such" / "dir" / "ev.jsonl")
     with pytest.raises(OSError, match="trace: cannot write"):

@@ -13,37 +13,19 @@ Python call included) and as a replayed CUDA graph. Prints lines
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
+from pathlib import Path
 
 import torch
 
 import gnmr
 
 
-def llama(vocab, d, ffn, layers):
-    shapes = [(vocab, d)]
-    for _ in range(layers):
-        shapes += [(d, d)] * 4 + [(ffn, d)] * 3 + [(d,), (d,)]
-    return shapes + [(d,), (vocab, d)]
+# The layout and the timing rule of bench/'s torch anchors, not a copy of them.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "cuda"))
+from torch_anchors import LAYOUTS, median_ms  # noqa: E402
 
-
-SHAPES = llama(32000, 2048, 5632, 22)
-
-
-def median_ms(fn, reps, warm=3):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+SHAPES = LAYOUTS["llama-1.26B"]
 
 
 def make_params(dev):

@@ -11,12 +11,15 @@
 # Exit status 77 (CTest: "Skipped") when there is none.
 #
 # Environment: GNMR_PYTHON (interpreter), GNMR_PY_VENV (venv directory,
-# default build/python-venv), GNMR_PY_REFERENCE / GNMR_REPLAY (the C++
-# reference tools the decision tests compare with; CTest sets them).
+# default python/build/venv: next to pip's in-place build of the package in
+# python/build, one per source tree, so that every CMake build tree of it
+# reuses the compiled extension instead of rebuilding it for a new venv
+# path), GNMR_PY_REFERENCE / GNMR_REPLAY (the C++ reference tools the
+# decision tests compare with; CTest sets them).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-venv="${GNMR_PY_VENV:-$root/build/python-venv}"
+venv="${GNMR_PY_VENV:-$root/python/build/venv}"
 
 py=""
 for cand in "${GNMR_PYTHON:-}" /usr/bin/python3 python3; do

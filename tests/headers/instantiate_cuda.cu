@@ -1,0 +1,28 @@
+// tests/headers: the CUDA templates a user instantiates, compiled by nvcc
+// under the strict warnings of the header check (-Werror all-warnings, the
+// host flags through -Xcompiler): device controllers with every policy kind
+// (which also instantiates their kernels and the policy_check.cuh probe),
+// the norm kernels for every norm, the telemetry drain. Compiling a header
+// alone checks a template's body only once it is instantiated.
+#include <gnmr/cuda/all.cuh>
+
+template class gnmr::cuda::DeviceController<>;
+template class gnmr::cuda::DeviceController<gnmr::RmsNorm, gnmr::WindowMean<32>,
+                                            gnmr::ZScoreTrigger, gnmr::Ladder, gnmr::Unlimited>;
+template class gnmr::cuda::DeviceController<gnmr::LinfNorm, gnmr::EmaMeanVar,
+                                            gnmr::FixedThreshold,
+                                            gnmr::Compose<gnmr::ClipToTarget, gnmr::ResetMoments>,
+                                            gnmr::MaxO>;
+template class gnmr::cuda::DeviceController<gnmr::L2Norm, gnmr::EmaSquareMean,
+                                            gnmr::AlwaysTrigger, gnmr::NormReplace,
+                                            gnmr::Unlimited>;
+template cudaError_t gnmr::cuda::unit_partials<gnmr::L2Norm>(const gnmr::cuda::NormPlan&, float*,
+                                                             cudaStream_t);
+template cudaError_t gnmr::cuda::unit_partials<gnmr::RmsNorm>(const gnmr::cuda::NormPlan&, float*,
+                                                              cudaStream_t);
+template cudaError_t gnmr::cuda::unit_partials<gnmr::LinfNorm>(const gnmr::cuda::NormPlan&,
+                                                               float*, cudaStream_t);
+template void gnmr::cuda::TelemetryDrain::record<gnmr::cuda::DeviceController<>>(
+    const gnmr::cuda::DeviceController<>&, gnmr::EventLog&, cudaStream_t, const std::string*);
+
+int main() { return 0; }

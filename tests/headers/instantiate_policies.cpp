@@ -8,6 +8,7 @@
 #include <gnmr/detail/norm_plan.hpp>
 #include <gnmr/host/norms.hpp>
 #include <gnmr/policy/budget.hpp>
+#include <gnmr/policy/interface.hpp>
 #include <gnmr/policy/ladder.hpp>
 #include <gnmr/policy/mean.hpp>
 #include <gnmr/policy/mean_var.hpp>
@@ -28,6 +29,8 @@ template struct gnmr::Compose<gnmr::ClipToMean, gnmr::ResetMoments>;
 template struct gnmr::Compose<gnmr::SkipUnit, gnmr::PromotePrecision, gnmr::GlobalSkip>;
 template struct gnmr::detail::LockRules<gnmr::MaxO>;
 template struct gnmr::detail::LockRules<gnmr::Unlimited>;
+template struct gnmr::detail::CheckPolicies<gnmr::RmsNorm, gnmr::WindowMean<16>,
+                                            gnmr::ZScoreTrigger, gnmr::Ladder, gnmr::Unlimited>;
 
 #define GNMR_INSTANTIATE_NORM(N)                                                               \
   template void gnmr::host_unit_partials<N>(const gnmr::Segment*, std::size_t, float*,         \

@@ -2,7 +2,7 @@
 // under the strict warnings of the header check (-Werror all-warnings, the
 // host flags through -Xcompiler): device controllers with every policy kind
 // (which also instantiates their kernels and the policy_check.cuh probe),
-// the norm kernels for every norm, the telemetry drain. Compiling a header
+// the norm kernels for every norm, the telemetry drain and summary ring. Compiling a header
 // alone checks a template's body only once it is instantiated.
 #include <gnmr/cuda/all.cuh>
 
@@ -22,6 +22,8 @@ template cudaError_t gnmr::cuda::unit_partials<gnmr::RmsNorm>(const gnmr::cuda::
                                                               cudaStream_t);
 template cudaError_t gnmr::cuda::unit_partials<gnmr::LinfNorm>(const gnmr::cuda::NormPlan&,
                                                                float*, cudaStream_t);
+template class gnmr::cuda::SummaryRing<>;
+template class gnmr::cuda::SummaryRing<gnmr::UnitReport>;
 template void gnmr::cuda::TelemetryDrain::record<gnmr::cuda::DeviceController<>>(
     const gnmr::cuda::DeviceController<>&, gnmr::EventLog&, cudaStream_t, const std::string*);
 

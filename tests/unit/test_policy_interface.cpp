@@ -54,6 +54,10 @@ static_assert(iface::has_kname<gnmr::NoMean>::value && iface::has_count<gnmr::No
               "NoMean");
 
 // --- the traits detect what is missing ----------------------------------------
+// (Declarations only, never defined or called: clang warns about unused
+// internal ones, so they live in a named namespace.)
+}  // namespace
+namespace iface_probe {
 struct Empty {};
 struct NameIsString {
   static const std::string kName;
@@ -114,6 +118,9 @@ static_assert(iface::has_kcombine<NormStaticFinishWrongArity>::value &&
                   !iface::has_element<NormStaticFinishWrongArity>::value &&
                   !iface::has_identity<NormStaticFinishWrongArity>::value,
               "");
+
+}  // namespace iface_probe
+namespace {
 
 // --- 2. docs/policies.md's example, verbatim ----------------------------------
 // GNMR's ratio test, but a unit whose norm is below `min_norm` never

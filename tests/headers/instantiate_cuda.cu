@@ -2,9 +2,21 @@
 // under the strict warnings of the header check (-Werror all-warnings, the
 // host flags through -Xcompiler): device controllers with every policy kind
 // (which also instantiates their kernels and the policy_check.cuh probe),
-// the norm kernels for every norm, the telemetry drain and summary ring. Compiling a header
-// alone checks a template's body only once it is instantiated.
-#include <gnmr/cuda/all.cuh>
+// the norm kernels for every norm, the telemetry drain and the summary ring.
+// Compiling a header alone checks a template's body only once it is
+// instantiated. Not all.cuh: presets.cuh instantiates a device controller
+// per preset, the costliest nvcc compile of the check, which
+// headers.nvcc.gnmr/cuda/presets.cuh already pays once.
+#include <gnmr/cuda/accessors.cuh>
+#include <gnmr/cuda/adamw.cuh>
+#include <gnmr/cuda/controller.cuh>
+#include <gnmr/cuda/norms.cuh>
+#include <gnmr/cuda/summary_ring.cuh>
+#include <gnmr/cuda/telemetry.cuh>
+#include <gnmr/policy/ladder.hpp>
+#include <gnmr/policy/mean_var.hpp>
+#include <gnmr/policy/stabilizer.hpp>
+#include <gnmr/policy/zscore.hpp>
 
 template class gnmr::cuda::DeviceController<>;
 template class gnmr::cuda::DeviceController<gnmr::RmsNorm, gnmr::WindowMean<32>,

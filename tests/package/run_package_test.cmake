@@ -1,6 +1,7 @@
 # Packaging test, run by CTest as `package_consumer` (cmake -P script).
 #
 #   cmake -DGNMR_SOURCE_DIR=<src> -DWORK_DIR=<scratch> -DEXPECT_VERSION=<x.y.z>
+#         [-DTOOLS_BUILD_DIR=<a build with the tools built>]
 #         [-DGENERATOR=Ninja] [-DMAKE_PROGRAM=...] [-DCXX_COMPILER=...]
 #         [-DBUILD_TYPE=Release] -P run_package_test.cmake
 #
@@ -8,8 +9,10 @@
 #    no options, then `cmake --install <build> --prefix <prefix>` with
 #    nothing built. A header-only library must install from a configure
 #    alone; the tools, not built, must be left out (and said so);
-# 2. the tools once built: `cmake --build` of the two tool targets, then
-#    `cmake --install ... --component tools` puts them in <prefix>/bin;
+# 2. the tools once built: `cmake --install <this build> --component tools`
+#    of the outer build, which has built them (TOOLS_BUILD_DIR; skipped when
+#    that build has no tools), puts them in a second prefix's bin/ (no
+#    compiling here: the scratch build of step 1 stays unbuilt);
 # 3. build and run tests/package/consumer against that prefix via
 #    find_package(gnmr <major>.<minor> REQUIRED CONFIG); the consumer checks
 #    that the package reports EXPECT_VERSION and that the installed
@@ -94,12 +97,19 @@ if(NOT _out MATCHES "were not built, so not installed")
 endif()
 
 # --- 2. the tools, once built ------------------------------------------------
-step("build the tools" ${CMAKE_COMMAND} --build ${_gnmr_build} --target gnmr-replay gnmr-gen-trace)
-step("install the tools component"
-  ${CMAKE_COMMAND} --install ${_gnmr_build} --prefix ${_prefix} --component tools)
-step("run the installed gnmr-replay" ${_prefix}/bin/gnmr-replay --help)
-if(NOT EXISTS ${_prefix}/bin/gnmr-gen-trace)
-  message(FATAL_ERROR "[package] gnmr-gen-trace was built but not installed")
+if(TOOLS_BUILD_DIR)
+  set(_tools_prefix ${WORK_DIR}/prefix-tools)
+  step("install the tools component of ${TOOLS_BUILD_DIR}"
+    ${CMAKE_COMMAND} --install ${TOOLS_BUILD_DIR} --prefix ${_tools_prefix} --component tools)
+  step("run the installed gnmr-replay" ${_tools_prefix}/bin/gnmr-replay --help)
+  if(NOT EXISTS ${_tools_prefix}/bin/gnmr-gen-trace)
+    message(FATAL_ERROR "[package] gnmr-gen-trace was built but not installed")
+  endif()
+  if(EXISTS ${_tools_prefix}/include)
+    message(FATAL_ERROR "[package] --component tools installed more than the tools")
+  endif()
+else()
+  message(STATUS "[package] no TOOLS_BUILD_DIR: the tools component is not checked")
 endif()
 
 # --- 3. find_package ---------------------------------------------------------

@@ -35,6 +35,7 @@
 #include "gnmr/controller.hpp"
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/cuda/controller_kernels.cuh"
+#include "gnmr/cuda/policy_check.cuh"
 #include "gnmr/detail/select.hpp"
 #include "gnmr/detail/step.hpp"
 #include "gnmr/types.hpp"
@@ -68,6 +69,7 @@ class DeviceController {
       : host_check_(validate(num_units, norm, mean, trigger, recovery, budget, opt)),
         p_{norm, mean, trigger, recovery, budget, opt},
         n_(num_units) {
+    detail::require_device_policies<Policies>();  // members GNMR_HOST_DEVICE, trivially copyable
     const std::size_t need = carve(nullptr, n_, budget).bytes;
     void* base = acquire_workspace(own_, d_workspace, ws_bytes, need, "DeviceController");
     b_ = carve(base, n_, budget);

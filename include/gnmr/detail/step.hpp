@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "gnmr/config.hpp"
+#include "gnmr/policy/interface.hpp"
 #include "gnmr/types.hpp"
 
 namespace gnmr {
@@ -61,6 +62,7 @@ GNMR_HOST_DEVICE float stddev_of(const Mean& m, const typename Mean::State& s) {
 // struct of the CUDA backend and the host controller's configuration.
 template <class Norm, class Mean, class Trigger, class Recovery, class Budget>
 struct PolicySet {
+  static_assert(CheckPolicies<Norm, Mean, Trigger, Recovery, Budget>::value, "docs/policies.md");
   static_assert(!needs_stddev<Trigger>::value || has_stddev<Mean>::value,
                 "gnmr: this TriggerPolicy (e.g. ZScoreTrigger) needs a MeanTracker with a "
                 "spread: use EmaMeanVar or WindowMean<Cap>, not EmaMean/CumulativeMean/NoMean");

@@ -169,6 +169,8 @@ TEST_CASE("UnitView::unit: a trigger with a per-unit threshold", "[semantics]") 
   SEM_FLAGS(c.reports()[2].flags, 0u);
   SEM_FLAGS(c.reports()[3].flags, 0u);
   CHECK(c.reports()[1].risk == 3.5f / 3.0f);
+  // A policy of one's own is named in the state blob's identity.
+  CHECK(gnmr::policy_identity(c.policies()) == "l2/ema/tau_by_unit/clip_to_mean/unlimited");
 }
 
 TEST_CASE("promoted_units(): ascending, built without allocation, held through a non-finite step",

@@ -20,6 +20,11 @@
 // The optimizer reads each unit's decision (accessors.cuh) and, when the
 // recovery policy can suggest a global skip (GlobalSkip, Ladder), the
 // summary's skip_step too (step_skipped(); adamw_step's d_summary).
+// With the systemic rule on (ControllerOptions::systemic) the step-wide
+// decision is made in phase 1's last block, and its global state (the
+// tracker of the total norm) lives in device memory with the units
+// (global_state(), copy_global_state(); gnmr::save_state / load_state below
+// and in gnmr/state.hpp). Still two launches, no sync, no allocation.
 // Two instances (or two steps of one instance) must not run concurrently on
 // different streams: they share the instance's scratch.
 #pragma once

@@ -207,5 +207,15 @@ inline GnmrClip gnmr_clip(std::size_t num_units, float kappa = 1.0f) {
   return GnmrClip(num_units, {}, {}, {}, ClipToMean{kappa}, {});
 }
 
+// GNMR with the systemic rule on (preset "gnmr-systemic"): by default the
+// rule's provisional values (clip-triggered, share 0.5, kappa 1; docs/
+// algorithm.md, "Systemic steps"). The same type as Gnmr: only the options differ.
+inline Gnmr gnmr_systemic(std::size_t num_units,
+                          const SystemicRule& rule = SystemicRule{SystemicAction::kClipTriggered}) {
+  ControllerOptions opt;
+  opt.systemic = rule;
+  return Gnmr(num_units, {}, {}, {}, {}, {}, opt);
+}
+
 }  // namespace presets
 }  // namespace gnmr

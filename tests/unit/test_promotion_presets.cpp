@@ -123,7 +123,7 @@ TEST_CASE("gnmr-promote is gnmr's clip plus kPromote for every unit in recovery"
   auto prom = presets::gnmr_promote(7);
   auto clip = presets::gnmr_clip(7);
   auto only = presets::gnmr_promote_only(7);
-  int in_recovery = 0, clipped = 0;
+  int in_recovery = 0, clipped = 0, nonfinite_in_lock = 0;
   for (const auto& r : spiky(104, 7, 800)) {
     prom.step_norms(r);
     clip.step_norms(r);
@@ -134,17 +134,21 @@ TEST_CASE("gnmr-promote is gnmr's clip plus kPromote for every unit in recovery"
       REQUIRE(std::memcmp(&a.scale, &b.scale, sizeof(float)) == 0);
       REQUIRE((a.flags & ~gnmr::kPromote) == b.flags);
       REQUIRE(o.flags == a.flags);
-      // Finite units: promoted exactly while in recovery. (A non-finite step
-      // gets the safety action; whether it keeps kPromote is the controller
-      // core's rule, documented in docs/algorithm.md, not checked here.)
-      if (!(a.flags & gnmr::kNonFinite)) {
-        REQUIRE(((a.flags & gnmr::kPromote) != 0u) == ((a.flags & gnmr::kInRecovery) != 0u));
-        // Promotion alone leaves the gradient as it is.
-        REQUIRE(o.scale == 1.0f);
-      }
+      // Promoted exactly while in recovery, a non-finite step of the lock
+      // included (docs/algorithm.md: the promotion holds; the unit is skipped).
+      REQUIRE(((a.flags & gnmr::kPromote) != 0u) == ((a.flags & gnmr::kInRecovery) != 0u));
+      nonfinite_in_lock += (a.flags & gnmr::kNonFinite) && (a.flags & gnmr::kInRecovery) ? 1 : 0;
+      // Promotion alone leaves a finite gradient as it is.
+      if (!(a.flags & gnmr::kNonFinite)) REQUIRE(o.scale == 1.0f);
       in_recovery += (a.flags & gnmr::kInRecovery) ? 1 : 0;
       clipped += a.scale < 1.0f && !(a.flags & gnmr::kNonFinite);
     }
+    // The host's compact view lists exactly the units a scan would find.
+    std::vector<std::uint32_t> scan;
+    for (std::uint32_t u = 0; u < 7; ++u)
+      if (prom.decisions()[u].flags & gnmr::kPromote) scan.push_back(u);
+    REQUIRE(prom.promoted_units() == scan);
+    REQUIRE(clip.promoted_units().empty());
   }
   CHECK(in_recovery > 50);
   CHECK(clipped > 10);

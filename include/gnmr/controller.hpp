@@ -174,7 +174,7 @@ class GnmrController {
     };
     std::size_t n_grant = candidates_.size();
     if (free_slots < candidates_.size()) {
-      std::nth_element(candidates_.begin(), candidates_.begin() + free_slots, candidates_.end(),
+      std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(free_slots), candidates_.end(),
                        before);
       n_grant = free_slots;
     }

@@ -27,7 +27,7 @@ template class gnmr::GnmrController<gnmr::L2Norm, gnmr::MinSeededEma, gnmr::Gnmr
                                     gnmr::GlobalSkip, gnmr::Unlimited>;
 template class gnmr::ReducedController<Default, gnmr::NoReduce>;
 template std::vector<std::uint8_t> gnmr::save_state<Other>(const Other&);
-template void gnmr::load_state<Peer>(Peer&, const std::vector<std::uint8_t>&);
+template void gnmr::load_state<Peer>(Peer&, const std::vector<std::uint8_t>&, const gnmr::StateLoadOptions&);
 template std::size_t gnmr::EventLog::write_from<Spam>(const Spam&, const std::vector<std::string>&);
 
 int main() { return 0; }

@@ -111,8 +111,12 @@ int main() {
     const std::vector<std::uint8_t> blob = gnmr::save_state(first);
     std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(blob.data()),
                                                 static_cast<std::streamsize>(blob.size()));
-    std::printf("saved %zu bytes to %s (%zu-byte header, %u units x %zu bytes, checksum)\n", blob.size(),
-                path.c_str(), gnmr::kStateHeaderBytes, kUnits, sizeof(Controller::UnitState));
+    // What the blob declares (read_state_info checks it; no controller needed).
+    const gnmr::StateInfo info = gnmr::read_state_info(blob.data(), blob.size());
+    std::printf("saved %zu bytes to %s (%zu-byte header, %zu-byte policy identity \"%s\", %u-byte global "
+                "state, %u units x %zu bytes, checksum)\n",
+                blob.size(), path.c_str(), gnmr::kStateHeaderBytes, info.identity.size(), info.identity.c_str(),
+                info.global_bytes, kUnits, sizeof(Controller::UnitState));
   }
 
   // 3. A fresh controller resumes from the file.

@@ -32,6 +32,7 @@ class Flag(enum.IntFlag):
     RELEASED = _F["RELEASED"]  #: its lock expired at the start of this step
     WARMUP = _F["WARMUP"]  #: too few samples for a verdict
     ZERO_NORM = _F["ZERO_NORM"]  #: no gradient this step (norm exactly 0)
+    SYSTEMIC = _F["SYSTEMIC"]  #: the systemic action applied to the unit this step
 
 
 class Decisions(NamedTuple):
@@ -134,6 +135,27 @@ class StepSummary:
     def skip_step(self) -> bool:
         """The policy suggests skipping the whole step (skip-step, ladder)."""
         return bool(self._get("skip_step"))
+
+    @property
+    def systemic(self) -> int:
+        """0 on a step that is not systemic, else the systemic action applied
+        (1 clip-triggered, 2 global-clip, 3 skip; docs/algorithm.md)."""
+        return self._get("systemic")
+
+    @property
+    def systemic_scale(self) -> float:
+        """global-clip's one scale for every finite unit (1 otherwise)."""
+        return self._get("systemic_scale")
+
+    @property
+    def total_norm(self) -> float:
+        """global-clip only: the total norm over finite units (0 otherwise)."""
+        return self._get("total_norm")
+
+    @property
+    def total_mean(self) -> float:
+        """global-clip only: the total norm's tracked mean before this step."""
+        return self._get("total_mean")
 
     def __getattr__(self, name: str) -> Any:
         # Fields the C++ summary has and this class has no property for yet.

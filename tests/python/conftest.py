@@ -143,6 +143,9 @@ def reference(exe: str, trace: Path, preset: str, overrides: Dict[str, object]) 
             s["max_ratio"] = int(f[8], 16)
             s["max_ratio_unit"] = int(f[9])
             s["skip_step"] = int(f[10])
+            s["systemic"] = int(f[11])
+            for i, k in enumerate(("systemic_scale", "total_norm", "total_mean")):
+                s[k] = int(f[12 + i], 16)
             steps.append((s, [], []))
         else:
             steps[-1][1].append(int(f[3], 16))
@@ -157,6 +160,8 @@ def comparable(records: List[Record]) -> List[Record]:
         s = dict(s)
         s["max_ratio"] = f32_bits(s["max_ratio"])
         s["skip_step"] = int(s["skip_step"])
+        for k in ("systemic_scale", "total_norm", "total_mean"):
+            s[k] = f32_bits(s[k])
         out.append((s, scale, flags))
     return out
 
@@ -165,7 +170,10 @@ REPLAY_FLAGS = {"tau": "--tau", "delta": "--delta", "warmup": "--warmup", "windo
                 "delta_window": "--delta-window", "beta": "--beta", "max_o": "--maxo",
                 "lock": "--lock", "cooldown": "--cooldown", "kappa": "--kappa",
                 "max_norm": "--max-norm", "z": "--z", "clip_factor": "--clip-factor",
-                "mean": "--mean"}
+                "mean": "--mean", "systemic_action": "--systemic-action",
+                "systemic_share": "--systemic-share", "systemic_maxo": "--systemic-maxo",
+                "systemic_kappa": "--systemic-kappa", "systemic_beta": "--systemic-beta",
+                "deny_kappa": "--deny-kappa"}
 
 
 def replay_events(exe: str, trace: Path, preset: str, overrides: Dict[str, object],

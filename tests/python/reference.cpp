@@ -10,7 +10,8 @@
 // recorded it). Prints, per step, one summary line and one line per unit,
 // floats as their bit patterns so that nothing is lost in formatting:
 //   S,<step>,<triggered>,<granted>,<in_recovery>,<denied>,<nonfinite>,
-//     <released>,<max_ratio bits>,<max_ratio_unit>,<skip_step>
+//     <released>,<max_ratio bits>,<max_ratio_unit>,<skip_step>,<systemic>,
+//     <systemic_scale bits>,<total_norm bits>,<total_mean bits>
 //   D,<step>,<unit>,<scale bits>,<flags>
 // Overrides use gnmr::presets::Options' names (tau=2.5 max_o=2 mean=window).
 // Exit status 2 on a usage or setting error, 1 on an unreadable trace.
@@ -54,6 +55,19 @@ void set_option(gnmr::presets::Options& o, const std::string& kv) {
   GNMR_REF_F(z) GNMR_REF_F(clip_factor)
   GNMR_REF_I(warmup) GNMR_REF_I(window) GNMR_REF_I(delta_window) GNMR_REF_I(max_o) GNMR_REF_I(lock)
   GNMR_REF_I(cooldown)
+  GNMR_REF_F(systemic_kappa) GNMR_REF_F(systemic_beta) GNMR_REF_F(deny_kappa)
+  if (k == "systemic_share") {
+    o.systemic_share = std::stod(v);
+    return;
+  }
+  if (k == "systemic_maxo") {
+    o.systemic_maxo = std::stod(v);
+    return;
+  }
+  if (k == "systemic_action") {
+    o.systemic_action = v;
+    return;
+  }
 #undef GNMR_REF_F
 #undef GNMR_REF_I
   if (k == "mean") {
@@ -91,9 +105,10 @@ int main(int argc, char** argv) {
   }
   for (std::size_t s = 0; s < t.num_steps(); ++s) {
     const gnmr::StepSummary& m = c->step_norms(t.row(s), t.num_units());
-    std::printf("S,%lld,%u,%u,%u,%u,%u,%u,%08x,%d,%u\n", static_cast<long long>(m.step), m.triggered,
-                m.granted, m.in_recovery, m.denied, m.nonfinite, m.released, bits(m.max_ratio),
-                m.max_ratio_unit, m.skip_step);
+    std::printf("S,%lld,%u,%u,%u,%u,%u,%u,%08x,%d,%u,%u,%08x,%08x,%08x\n", static_cast<long long>(m.step),
+                m.triggered, m.granted, m.in_recovery, m.denied, m.nonfinite, m.released, bits(m.max_ratio),
+                m.max_ratio_unit, m.skip_step, m.systemic, bits(m.systemic_scale), bits(m.total_norm),
+                bits(m.total_mean));
     const auto& d = c->decisions();
     for (std::size_t u = 0; u < d.size(); ++u)
       std::printf("D,%lld,%zu,%08x,%u\n", static_cast<long long>(m.step), u, bits(d[u].scale), d[u].flags);

@@ -112,7 +112,7 @@ def test_a_corrupt_or_mismatched_state_raises_and_changes_nothing():
     # Another controller layout (other policies, same units): the C++
     # fingerprint check, with its message.
     other = gnmr.Controller(model, "gnmr-ladder", mean="window")
-    with pytest.raises(ValueError, match="policy fingerprint mismatch"):
+    with pytest.raises(ValueError, match="policy mismatch: the blob was saved by .*; this controller is "):
         other.load_state_dict(good)
     # And the failed loads changed nothing: both runs go on identically.
     a = train(model, ctl, opt, 40, guarded=False, start=60)

@@ -20,6 +20,10 @@ CASES = [
     ("gnmr", {"tau": 2.0, "delta": 1.0, "max_o": 1, "lock": 4, "kappa": 0.5}),
     ("gnmr", {"mean": "window", "window": 8, "warmup": 5, "cooldown": 3}),
     ("gnmr-ladder", {"tau": 2.0}),
+    ("gnmr-systemic", {"max_o": 1, "systemic_share": 0.2, "tau": 2.0}),
+    ("gnmr", {"systemic_action": "global-clip", "systemic_share": 0.2, "tau": 2.0, "deny_kappa": 1.0}),
+    ("gnmr", {"systemic_action": "skip", "systemic_share": 0.2, "tau": 2.0}),
+    ("gnmr-promote", {"max_o": 2}),
     ("zclip", {"warmup": 10, "z": 2.0}),
     ("skip-step", {"z": 3.0, "warmup": 10}),
     ("spam", {"tau": 4.0, "warmup": 5}),
@@ -52,6 +56,9 @@ def test_decisions_equal_the_cpp_controller(tmp_path, reference_exe, replay_exe,
         if kind != "x1000" and t < 260:
             u = 0 if gnmr.is_global(preset) else ctl.unit_names.index(name)
             assert got[t][2][u] & gnmr.Flag.NONFINITE and got[t][2][u] & gnmr.Flag.SKIP
+    if preset == "gnmr-systemic" or "systemic_action" in overrides:
+        # The trace must contain systemic steps, or the case checks nothing new.
+        assert sum(1 for s, _, _ in got if s["systemic"]) > 0
     if preset == "gnmr" and not overrides:
         assert sum(s["granted"] for s, _, _ in got) > 0
         # The comparison sees a difference where there is one: the same

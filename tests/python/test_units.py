@@ -162,8 +162,9 @@ def test_flag_bits_are_the_cpp_ones():
     assert [int(f) for f in (gnmr.Flag.TRIGGERED, gnmr.Flag.GRANTED, gnmr.Flag.IN_RECOVERY,
                              gnmr.Flag.DENIED, gnmr.Flag.COOLDOWN, gnmr.Flag.NONFINITE,
                              gnmr.Flag.SKIP, gnmr.Flag.RESET_MOMENTS, gnmr.Flag.PROMOTE,
-                             gnmr.Flag.RELEASED, gnmr.Flag.WARMUP, gnmr.Flag.ZERO_NORM)] == \
-        [1 << k for k in range(12)]
+                             gnmr.Flag.RELEASED, gnmr.Flag.WARMUP, gnmr.Flag.ZERO_NORM,
+                             gnmr.Flag.SYSTEMIC)] == \
+        [1 << k for k in range(13)]
 
 
 def test_presets_api():
@@ -183,7 +184,8 @@ def test_summary_fields_and_counts():
         s = ctl.step()
     assert s.ready and s.step == 4 == ctl.steps_done
     assert set(s.as_dict()) == {"step", "triggered", "granted", "in_recovery", "denied", "nonfinite",
-                                "released", "max_ratio", "max_ratio_unit", "skip_step"}
+                                "released", "max_ratio", "max_ratio_unit", "skip_step", "systemic",
+                                "systemic_scale", "total_norm", "total_mean"}
     r = ctl.reports()
     assert s.max_ratio == r["ratio"].max().item() and s.max_ratio_unit == int(r["ratio"].argmax())
     ctl.reset()
@@ -214,3 +216,35 @@ def test_event_log_and_trace_files(tmp_path):
     assert (7, "out.weight", "trigger") in kinds and (7, "out.weight", "grant") in kinds
     assert (8, "fc1.bias", "nonfinite") in kinds
     assert next(e for e in events if e["event"] == "nonfinite")["action"] == "skip"
+
+
+def test_systemic_rule_by_name():
+    """gnmr-systemic, and the rule's overrides on gnmr: a step on which every
+    unit jumps is systemic; each unserved unit is clipped to its own mean
+    (clip-triggered) or every unit gets one scale (global-clip)."""
+    for preset, over, action in [("gnmr-systemic", {}, 1),
+                                 ("gnmr", {"systemic_action": "global-clip", "systemic_share": 0.25}, 2)]:
+        m = make_model()
+        ctl = gnmr.Controller(m, preset, warmup=3, max_o=1, **over)
+        for t in range(6):
+            backward(m, t)
+            ctl.step()
+            assert ctl.last_summary.systemic == 0
+        backward(m, 6)
+        for p in m.parameters():
+            p.grad.mul_(100)
+        s = ctl.step()
+        assert s.systemic == action and s.granted == 1 and s.denied == 0
+        flags = ctl.decisions().flags.tolist()
+        assert sum(1 for f in flags if f & gnmr.Flag.SYSTEMIC) == (s.triggered - 1 if action == 1 else len(flags))
+        if action == 2:
+            assert 0.0 < s.systemic_scale < 1.0 and s.total_norm > s.total_mean > 0.0
+
+
+def test_systemic_overrides_are_checked():
+    with pytest.raises(ValueError, match="systemic_action' must be one of off, clip-triggered"):
+        gnmr.Controller(make_model(), "gnmr", systemic_action="sometimes")
+    with pytest.raises(ValueError, match="need the systemic rule on"):
+        gnmr.Controller(make_model(), "gnmr", systemic_share=0.3)
+    with pytest.raises(TypeError, match="'systemic_action' must be a str"):
+        gnmr.Controller(make_model(), "gnmr-systemic", systemic_action=1)

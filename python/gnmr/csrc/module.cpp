@@ -35,6 +35,11 @@ namespace {
 // conversion and for the "valid overrides" message.
 #define GNMR_PY_FLOAT_OPTIONS(X) X(tau) X(delta) X(beta) X(kappa) X(max_norm) X(z) X(clip_factor)
 #define GNMR_PY_INT_OPTIONS(X) X(warmup) X(window) X(delta_window) X(max_o) X(lock) X(cooldown)
+// The systemic and denied-unit rules (docs/algorithm.md): the thresholds are
+// doubles in C++ (a share of 0.29 must stay 0.29, not its float), the rest
+// floats; the action is a string.
+#define GNMR_PY_DOUBLE_OPTIONS(X) X(systemic_share) X(systemic_maxo)
+#define GNMR_PY_FLOAT2_OPTIONS(X) X(systemic_kappa) X(systemic_beta) X(deny_kappa)
 
 std::vector<std::string> option_names() {
   std::vector<std::string> v;
@@ -43,6 +48,11 @@ std::vector<std::string> option_names() {
   GNMR_PY_INT_OPTIONS(GNMR_PY_NAME)
 #undef GNMR_PY_NAME
   v.push_back("mean");
+  v.push_back("systemic_action");
+#define GNMR_PY_NAME(f) v.push_back(#f);
+  GNMR_PY_DOUBLE_OPTIONS(GNMR_PY_NAME)
+  GNMR_PY_FLOAT2_OPTIONS(GNMR_PY_NAME)
+#undef GNMR_PY_NAME
   return v;
 }
 
@@ -76,10 +86,25 @@ gnmr::presets::Options options_from(const py::dict& d) {
     }                                                                                       \
     known = true;                                                                           \
   }
+#define GNMR_PY_DOUBLE(f)                                                                  \
+  if (key == #f) {                                                                         \
+    if (is_bool(v) || !(py::isinstance<py::float_>(v) || py::isinstance<py::int_>(v)))     \
+      type_error(key, "a number", v);                                                     \
+    o.f = py::cast<double>(v);                                                            \
+    known = true;                                                                          \
+  }
     GNMR_PY_FLOAT_OPTIONS(GNMR_PY_FLOAT)
+    GNMR_PY_FLOAT2_OPTIONS(GNMR_PY_FLOAT)
+    GNMR_PY_DOUBLE_OPTIONS(GNMR_PY_DOUBLE)
     GNMR_PY_INT_OPTIONS(GNMR_PY_INT)
 #undef GNMR_PY_FLOAT
+#undef GNMR_PY_DOUBLE
 #undef GNMR_PY_INT
+    if (key == "systemic_action") {
+      if (!py::isinstance<py::str>(v)) type_error(key, "a str", v);
+      o.systemic_action = py::cast<std::string>(v);
+      known = true;
+    }
     if (key == "mean") {
       if (!py::isinstance<py::str>(v)) type_error(key, "a str", v);
       o.mean = py::cast<std::string>(v);
@@ -96,7 +121,7 @@ gnmr::presets::Options options_from(const py::dict& d) {
 // One list per record type: the Python field names and the conversion.
 #define GNMR_PY_SUMMARY_FIELDS(X) \
   X(step) X(triggered) X(granted) X(in_recovery) X(denied) X(nonfinite) X(released) X(max_ratio) \
-  X(max_ratio_unit) X(skip_step)
+  X(max_ratio_unit) X(skip_step) X(systemic) X(systemic_scale) X(total_norm) X(total_mean)
 
 py::tuple summary_fields() {
   std::vector<std::string> v;
@@ -197,6 +222,7 @@ py::dict flags_dict() {
   d["RELEASED"] = static_cast<std::uint32_t>(gnmr::kReleased);
   d["WARMUP"] = static_cast<std::uint32_t>(gnmr::kWarmup);
   d["ZERO_NORM"] = static_cast<std::uint32_t>(gnmr::kZeroNorm);
+  d["SYSTEMIC"] = static_cast<std::uint32_t>(gnmr::kSystemic);
   return d;
 }
 

@@ -43,8 +43,8 @@ step; nan/inf/-inf cells are valid) and reports what they did.
 
   --preset NAME[,NAME...]  presets to run, one run each (default: gnmr):
                            none clip zclip adagc spam skip-step stabilizer
-                           gnmr gnmr-ladder gnmr-systemic. clip, zclip and
-                           skip-step are
+                           gnmr gnmr-ladder gnmr-promote gnmr-clip
+                           gnmr-systemic. clip, zclip and skip-step are
                            global: they see one unit, the L2 norm
                            sqrt(sum n_i^2) of each row.
  GNMR settings (gnmr, gnmr-ladder; some also apply to other presets):

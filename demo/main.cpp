@@ -116,7 +116,8 @@ int run_one(const std::vector<std::string>& a, const demo::Overrides& ov, const 
             const std::string& key, const std::string& dep_dir) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::uint64_t seed = static_cast<std::uint64_t>(demo::to_long("--run-one", a[2], 0, 1L << 62));
-  const demo::RunConfig cfg = demo::build_config(a[0], a[1], seed, ov);
+  demo::RunConfig cfg = demo::build_config(a[0], a[1], seed, ov);
+  cfg.keep_unit_trace = true;  // not part of the key: it changes no result
   if (demo::run_key(cfg) != key)
     throw std::logic_error("--run-one: the configuration's key is " + demo::run_key(cfg) + ", not " + key);
   check_device(cfg.device);
@@ -284,6 +285,11 @@ int main(int argc, char** argv) try {
     if (a == "--help" || a == "-h") {
       std::cout << kUsage;
       for (const auto& s : demo::settings()) std::printf("  %-18s  %s\n", s.flag, s.help);
+      std::printf("\nScenarios:\n");
+      for (const auto& s : demo::scenario_table()) std::printf("  %-18s  %s\n", s.name, s.what);
+      std::printf("\nArms:\n");
+      for (const auto& x : demo::arm_table())
+        std::printf("  %-18s  %s%s\n", x.name.c_str(), x.what.c_str(), demo::arm_available(x) ? "" : " [not in this build]");
       return 0;
     }
     if (a == "--no-baseline") {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "gnmr/detail/fnv.hpp"
+#include "gnmr/trace.hpp"
 
 #include "metrics.hpp"
 #include "settings.hpp"
@@ -84,6 +85,12 @@ inline void write_result(const std::string& dir, const RunConfig& c, const RunRe
       << (x.fault_unit >= 0 ? std::to_string(x.fault_unit) : std::string()) << ',' << x.fault << ','
       << (x.outlier_op >= 0 ? r.op_names[static_cast<std::size_t>(x.outlier_op)] : std::string()) << ','
       << num17(x.control_ms) << ',' << num17(x.step_ms) << '\n';
+  if (!r.norms.empty()) {  // the controller's per-unit norms, for gnmr-replay (gnmr/trace.hpp)
+    std::ofstream t(dir + "/trace.csv");
+    gnmr::TraceWriter w(t, r.controller_units == r.unit_names.size() ? r.unit_names
+                                                                      : std::vector<std::string>{"global"});
+    for (std::size_t k = 0; k < r.norms.size(); ++k) w.write(r.rows[k].step, r.norms[k].data(), r.norms[k].size());
+  }
   std::ofstream a(dir + "/events.csv");  // ground truth and acts, by unit name
   a << "kind,step,len,unit\n";
   for (const auto& e : r.truth) a << "event," << e.step << ',' << e.len << ',' << r.unit_names[e.unit] << '\n';

@@ -35,7 +35,7 @@ struct ArmDef {
   gnmr::presets::Options overrides;  // the arm's own; --max-o etc. add to them
   PromoteFrom promote = PromoteFrom::kController;
   Table table = Table::kNone;
-  bool high = false;                  // every GEMM in high precision
+  bool high = false;                  // every GEMM in high precision (no quantization work at all)
   bool replaces_recipe_clip = false;  // zclip: its rule is the clip
   std::string depends_on;             // an arm of the same seed that must run first
   std::string what;                   // one line for --help and the docs

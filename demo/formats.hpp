@@ -51,10 +51,20 @@ inline const char* fmt_name(Fmt f) {
   return "none";
 }
 
+// The enumerator of `all` whose name(e) is s; the error lists the names.
+template <class E, std::size_t N>
+E parse_named(const std::string& s, const E (&all)[N], const char* (*name)(E), const char* what) {
+  std::string names;
+  for (E e : all) {
+    if (s == name(e)) return e;
+    names += (names.empty() ? "" : ", ") + std::string(name(e));
+  }
+  throw std::invalid_argument(std::string("unknown ") + what + " '" + s + "' (" + names + ")");
+}
+
 inline Fmt parse_fmt(const std::string& s) {
-  for (Fmt f : {Fmt::kNone, Fmt::kE4M3, Fmt::kE5M2, Fmt::kE2M1})
-    if (s == fmt_name(f)) return f;
-  throw std::invalid_argument("unknown number format '" + s + "' (none, e4m3, e5m2, e2m1)");
+  static const Fmt all[] = {Fmt::kNone, Fmt::kE4M3, Fmt::kE5M2, Fmt::kE2M1};
+  return parse_named(s, all, fmt_name, "number format");
 }
 
 // 2^e for e in [-126, 127], exactly, from its bits (no pow/exp2: their last

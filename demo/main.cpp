@@ -62,7 +62,8 @@ Original comparison (docs/demo.md):
   --no-baseline       skip the unstressed reference run
   --threads N         torch CPU threads (default 1)
   --out DIR           output directory (default gnmr-demo-out)
-  Its defaults: 2 GELU blocks, lr 1e-2, fault rate 0.05, no recipe clip.
+  Its defaults: 2 GELU blocks, lr 1e-2, fault rate 0.05, no recipe clip,
+  validation in the training format.
 
 Settings (both modes; in a suite they override the scenario's and are part
 of every run's cache key):
@@ -170,6 +171,7 @@ int suite(std::vector<std::string> scenarios, std::vector<std::string> arms, con
   for (auto s : seeds)
     if (s >= 6 && s <= 10)
       std::cerr << "note: seeds 6-10 are the report's held-out seeds (docs/stability.md, Protocol)\n";
+  check_device(demo::build_config(scenarios[0], "low", seeds[0], ov).device);  // before any run starts
   std::filesystem::create_directories(out);
   demo::Plan plan = demo::make_plan(scenarios, arms, seeds, ov, out);
   const int failed = demo::run_plan(plan, jobs, ov, self_exe());
@@ -271,6 +273,7 @@ int main(int argc, char** argv) try {
   rc.quant.wgrad = true;  // dW from the quantized input: the old straight-through estimator
   rc.fault_rate = 0.05;
   rc.recipe_clip = 0.0;
+  rc.eval_train_format = true;  // the original demo evaluated in the training format
   std::string stress = "fp4";
   std::vector<std::string> controllers = {"none", "clip", "zclip", "adagc", "spam", "skip-step", "stabilizer", "gnmr"};
   std::vector<std::string> scenarios, arms, run_one_args;

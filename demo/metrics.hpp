@@ -8,7 +8,9 @@
 //   deviations; W = 50 here, 128 there, for runs of a few hundred steps),
 //   as a percentage of the steps that have W predecessors; the metric AdaGC
 //   (arXiv 2502.11034) reports;
-// - diverged: a non-finite train loss, or one above 2x the step-1 loss;
+// - diverged: a non-finite train loss, or a train loss above twice the
+//   step-1 loss for 10 consecutive steps (a one-step spike that recovers,
+//   such as an injected outlier's, is a spike, not a divergence);
 // - recovered fraction: unit-steps in recovery / (steps x controller units);
 // - high-precision share: operator-steps run unquantized / (steps x
 //   operators), and the same weighted by each operator's GEMM FLOPs;
@@ -31,6 +33,7 @@ namespace demo {
 constexpr int kSpikeWindow = 20;
 constexpr double kSpikeFrac = 0.10;
 constexpr int kScoreWindow = 50;
+constexpr int kDivergeSteps = 10;
 constexpr double kScoreSigma = 6.0;
 
 struct Metrics {
@@ -44,6 +47,17 @@ struct Metrics {
   double detect_precision = NAN, detect_recall = NAN;  // NaN: undefined
   double control_ms = 0, step_ms = 0;  // per step
 };
+
+// losses[0] is step 1's.
+inline bool diverged_of(const std::vector<double>& losses) {
+  int run = 0;
+  for (double l : losses) {
+    if (!std::isfinite(l)) return true;
+    run = l > 2.0 * losses[0] ? run + 1 : 0;
+    if (run >= kDivergeSteps) return true;
+  }
+  return false;
+}
 
 inline bool is_spike(const std::vector<StepRow>& rows, std::size_t i) {
   if (i < static_cast<std::size_t>(kSpikeWindow)) return false;
@@ -75,7 +89,6 @@ inline Metrics metrics_of(const RunResult& r, int detect_k, bool acts_per_unit) 
     const auto& row = r.rows[i];
     if (!std::isfinite(row.train_loss)) {
       ++m.spikes;
-      m.diverged = true;
     } else {
       m.spikes += is_spike(r.rows, i) ? 1 : 0;
       if (i >= static_cast<std::size_t>(kScoreWindow)) {
@@ -83,12 +96,14 @@ inline Metrics metrics_of(const RunResult& r, int detect_k, bool acts_per_unit) 
         score_spikes += is_score_spike(r.rows, i) ? 1 : 0;
       }
     }
-    if (row.train_loss > 2.0 * r.initial_loss) m.diverged = true;
     rec += row.in_recovery;
     m.max_in_recovery = std::max(m.max_in_recovery, row.in_recovery);
     cms += row.control_ms;
     sms += row.step_ms;
   }
+  std::vector<double> losses;
+  for (const auto& row : r.rows) losses.push_back(row.train_loss);
+  m.diverged = !losses.empty() && diverged_of(losses);
   const double n = static_cast<double>(std::max<std::size_t>(1, r.rows.size()));
   m.recovered_fraction = rec / (n * static_cast<double>(std::max<std::size_t>(1, r.controller_units)));
   m.spike_score = scored ? 100.0 * score_spikes / scored : 0.0;

@@ -34,9 +34,8 @@ inline const char* scaling_name(Scaling s) {
   return s == Scaling::kDelayed ? "delayed" : s == Scaling::kBlock16 ? "block16" : "current";
 }
 inline Scaling parse_scaling(const std::string& s) {
-  for (Scaling x : {Scaling::kCurrent, Scaling::kDelayed, Scaling::kBlock16})
-    if (s == scaling_name(x)) return x;
-  throw std::invalid_argument("unknown scaling '" + s + "' (current, delayed, block16)");
+  static const Scaling all[] = {Scaling::kCurrent, Scaling::kDelayed, Scaling::kBlock16};
+  return parse_named(s, all, scaling_name, "scaling");
 }
 
 // What a run quantizes. Forward: the GEMM's activation input (fwd_x) and

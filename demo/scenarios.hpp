@@ -30,7 +30,7 @@ inline void bench_base(RunConfig& c) {
   c.model.layers = 4;
   c.model.width = 64;
   c.model.mlp = Mlp::kSwiGlu;
-  c.steps = 300;
+  c.steps = 200;
   c.batch = 16;
   c.lr = 3e-3;
   c.recipe_clip = 1.0;

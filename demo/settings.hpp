@@ -25,7 +25,7 @@
 
 namespace demo {
 
-constexpr const char* kBenchVersion = "bench-1";
+constexpr const char* kBenchVersion = "bench-2";
 
 struct RunConfig {
   std::string scenario = "legacy", label;

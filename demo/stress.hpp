@@ -25,6 +25,8 @@
 
 #include <torch/torch.h>
 
+#include "formats.hpp"
+
 namespace demo {
 
 enum class FaultKind : std::uint8_t { kScale, kNan, kMixed };
@@ -33,9 +35,8 @@ inline const char* fault_kind_name(FaultKind k) {
   return k == FaultKind::kScale ? "scale" : k == FaultKind::kNan ? "nan" : "mixed";
 }
 inline FaultKind parse_fault_kind(const std::string& s) {
-  for (FaultKind k : {FaultKind::kScale, FaultKind::kNan, FaultKind::kMixed})
-    if (s == fault_kind_name(k)) return k;
-  throw std::invalid_argument("--fault-kind must be scale, nan or mixed, got '" + s + "'");
+  static const FaultKind all[] = {FaultKind::kScale, FaultKind::kNan, FaultKind::kMixed};
+  return parse_named(s, all, fault_kind_name, "fault kind");
 }
 
 struct Fault {

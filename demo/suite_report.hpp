@@ -77,6 +77,9 @@ inline std::vector<SuiteRow> collect(const Plan& p, const Overrides& ov) {
     if (j.state != Job::kDone) continue;
     SuiteRow r{&j, read_result(j.dir, j.cfg)};
     r.val = field(r.r, "final_val_loss");
+    // The divergence rule from the stored losses: entries written before
+    // the rule's last change are scored like the rest.
+    r.r["diverged"] = diverged_of(series(r.r, "train_loss")) ? "1" : "0";
     val_of[j.key] = r.val;
     rows.push_back(std::move(r));
   }
@@ -146,8 +149,6 @@ inline void summarize(std::ostream& os, std::ofstream& csv, const std::string& s
                gap = column(arm, nullptr);
     const auto mean = [&](const char* k) { return column(arm, k).mean; };
     const auto wl = [](const Stat& s) { return s.n ? std::to_string(s.better) + "/" + std::to_string(s.worse) : "-"; };
-    std::ostringstream o;
-    o << std::fixed << std::setprecision(2);
     os << std::left << std::setw(19) << arm << std::right << std::setw(3) << v.n << std::setw(17) << pm(v)
        << std::setw(17) << (arm == "low" ? "-" : pm(dl)) << std::setw(6) << (arm == "low" ? "-" : wl(dl))
        << std::setw(17) << (arm == best ? "-" : pm(db)) << std::setw(6) << (arm == best ? "-" : wl(db))

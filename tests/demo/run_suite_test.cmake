@@ -6,11 +6,16 @@
 # the gap closed of low = 0 and of high = 1, then that a second invocation
 # runs nothing (every run cached) and writes the same results.csv, and that
 # removing one cache entry makes exactly that run again.
-# Inputs: DEMO (the executable), OUT (scratch dir).
+# Inputs: DEMO (the executable), OUT (scratch dir), optional DEVICE (cpu |
+# cuda, default cpu). Without a CUDA device, --device cuda stops before any
+# run with "sees no CUDA device" and the CTest entry reports Skipped.
 file(REMOVE_RECURSE "${OUT}")
+if(NOT DEVICE)
+  set(DEVICE cpu)
+endif()
 set(args --scenario operator-outliers --arms low,high,gnmr-promote,random --seeds 1 --jobs 2
          --steps 16 --layers 1 --width 32 --outlier-rate 25 --outlier-first 4 --gnmr-set warmup=2
-         --out "${OUT}")
+         --device ${DEVICE} --out "${OUT}")
 
 function(run_suite tag)
   execute_process(COMMAND "${DEMO}" ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)

@@ -74,7 +74,7 @@ inline std::string plot_scenario(const std::string& out, const std::string& scen
        << " title '" << arms[i] << "'";
   }
   gp << "\nset logscale x\nset xrange [0.03:150]\nset xlabel 'high-precision operator-steps (%, log)'\n"
-     << "set ylabel 'gap closed (L_low - L_x) / (L_low - L_high)'\nset key off\nset yrange [*:*]\n"
+     << "set ylabel 'gap closed: (L(low) - L(arm)) / (L(low) - L(high))' noenhanced\nset key off\nset yrange [*:*]\n"
      << "plot '" << base << "-frontier.dat' using 2:3:4 with yerrorbars pt 7 ps 1.2 lc rgb '#1f77b4', \\\n  '"
      << base << "-frontier.dat' using 2:3:1 with labels offset 1,0.6 left font ',9'\nunset multiplot\n";
   gp.close();

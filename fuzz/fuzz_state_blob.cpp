@@ -6,11 +6,17 @@
 //              its first two bytes and the checksum is recomputed, so the
 //              checks behind the checksum (units, fingerprint, sizes, step
 //              count) and the loaded state itself are exercised too;
-//   bit 1      load into a gnmr-ladder controller instead of the default.
+//   bit 1      load into a gnmr-ladder controller instead of the default;
+//   bit 2      with the systemic rule on (global-clip: the blob's global
+//              state, the tracker of the total norm, is used);
+//   bit 3      load with StateLoadOptions::trust_v1 (version-1 blobs of
+//              these policy types then load).
 // Properties: load_state either succeeds or throws gnmr::StateError, and on
-// an error the controller is unchanged (its saved blob is identical). After
-// a successful load the controller must run steps (clean or faulty norms)
-// without crashing or tripping ASan/UBSan — whatever floats the blob held.
+// an error the controller is unchanged (its saved blob is identical). A
+// loaded blob saves back identically (a version-1 one as version 2 with the
+// same unit payload). After a successful load the controller must run steps
+// (clean or faulty norms) without crashing or tripping ASan/UBSan, and no
+// decision scale may be NaN — whatever floats the blob held.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -44,8 +50,13 @@ void warm(C& c) {
 }
 
 template <class C>
-void run(const std::uint8_t* data, std::size_t size, bool patch) {
-  C c(kUnits);
+void run(const std::uint8_t* data, std::size_t size, bool patch, bool systemic, bool trust) {
+  gnmr::ControllerOptions opt;
+  if (systemic) {
+    opt.systemic.action = gnmr::SystemicAction::kGlobalClip;
+    opt.systemic.share = 0.25;
+  }
+  C c(kUnits, {}, {}, {}, {}, {}, opt);
   warm(c);
   const std::vector<std::uint8_t> before = gnmr::save_state(c);
   std::vector<std::uint8_t> blob;
@@ -61,13 +72,25 @@ void run(const std::uint8_t* data, std::size_t size, bool patch) {
       for (int b = 0; b < 8; ++b) blob[body + b] = static_cast<std::uint8_t>(h >> (8 * b));
     }
   }
+  gnmr::StateLoadOptions lo;
+  lo.trust_v1 = trust;
   try {
-    gnmr::load_state(c, blob.data(), blob.size());
+    gnmr::load_state(c, blob.data(), blob.size(), lo);
   } catch (const gnmr::StateError&) {
     check(gnmr::save_state(c) == before, "a failed load changed the controller");
     return;
   }
-  check(gnmr::save_state(c) == blob, "a loaded blob does not save back identically");
+  const std::vector<std::uint8_t> again = gnmr::save_state(c);
+  const gnmr::StateInfo in = gnmr::read_state_info(blob.data(), blob.size());
+  if (in.version == gnmr::kStateFormatVersion) {
+    check(again == blob, "a loaded blob does not save back identically");
+  } else {
+    const gnmr::StateInfo out = gnmr::read_state_info(again.data(), again.size());
+    check(out.version == gnmr::kStateFormatVersion && out.payload_bytes == in.payload_bytes &&
+              std::memcmp(again.data() + out.payload_offset, blob.data() + in.payload_offset,
+                          static_cast<std::size_t>(in.payload_bytes)) == 0,
+          "a migrated version-1 blob does not save back with its units");
+  }
   const float inf = gnmr::inf_f(), nan = gnmr::nan_f();
   const float rows[4][kUnits] = {{1.0f, 2.0f, 0.5f, 4.0f},
                                  {1e30f, 0.0f, nan, 3.4e38f},
@@ -76,8 +99,10 @@ void run(const std::uint8_t* data, std::size_t size, bool patch) {
   for (int t = 0; t < 12; ++t) {
     const gnmr::StepSummary& s = c.step_norms(rows[t % 4], kUnits);
     check(s.in_recovery <= static_cast<std::uint32_t>(c.policies().budget.max_o), "in_recovery > maxO");
-    for (const gnmr::UnitDecision& d : c.decisions())
+    for (const gnmr::UnitDecision& d : c.decisions()) {
       check(!(d.flags & gnmr::kSkip) || d.scale == 0.0f, "skip with a non-zero scale");
+      check(!gnmr::is_nan(d.scale), "a NaN scale");
+    }
   }
 }
 
@@ -86,10 +111,11 @@ void run(const std::uint8_t* data, std::size_t size, bool patch) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::uint8_t mode = data[0];
+  const bool patch = mode & 1, systemic = mode & 4, trust = mode & 8;
   if (mode & 2)
     run<gnmr::GnmrController<gnmr::L2Norm, gnmr::EmaMean, gnmr::GnmrTrigger, gnmr::Ladder, gnmr::MaxO>>(
-        data + 1, size - 1, mode & 1);
+        data + 1, size - 1, patch, systemic, trust);
   else
-    run<gnmr::GnmrController<>>(data + 1, size - 1, mode & 1);
+    run<gnmr::GnmrController<>>(data + 1, size - 1, patch, systemic, trust);
   return 0;
 }

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Build gnmr and run every test: the whole CTest suite (unit, packaging, tools,
-# MPI, demo; the CUDA tests build when nvcc is found and skip without a GPU),
-# then scripts/hardening.sh (ASan+UBSan, libFuzzer).
+# MPI, demo, header checks; the CUDA tests build when nvcc is found and skip
+# without a GPU), then the host unit tests built with clang++ as well, then
+# scripts/hardening.sh (ASan+UBSan, libFuzzer).
 #
 #   bash scripts/test.sh
 #
 # Environment: BUILD_DIR (default: build), GNMR_CMAKE_ARGS (extra configure
 # arguments, e.g. "-DGNMR_SANITIZE=ON"), GNMR_EXTRA_DEPS (extra Debian
-# packages for install-deps.sh), GNMR_HARDENING=0 (skip the hardening pass).
+# packages for install-deps.sh), GNMR_CLANG=0 (skip the clang++ pass),
+# CLANG_BUILD_DIR (default: build-clang), GNMR_HARDENING=0 (skip the
+# hardening pass).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -25,6 +28,26 @@ gen=()
 cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release ${GNMR_CMAKE_ARGS:-}
 cmake --build "$build" -j"$(nproc)"
 ctest --test-dir "$build" --output-on-failure -j2
+
+# The host unit tests again, built by clang++ (many framework teams build
+# with it, and it warns where g++ does not). Only the unit test executable:
+# the header check above already compiles every public header with both
+# compilers, and the demo, CUDA, benchmarks and tools add nothing here.
+if [ "${GNMR_CLANG:-1}" != "0" ]; then
+  cxx="$(command -v clang++ || true)"
+  if [ -z "$cxx" ]; then
+    echo "test.sh: no clang++ (Debian: apt-get install clang), or set GNMR_CLANG=0" >&2
+    exit 1
+  fi
+  cbuild="${CLANG_BUILD_DIR:-build-clang}"
+  cgen=()
+  [ -f "$cbuild/CMakeCache.txt" ] || cgen=(-G Ninja)
+  cmake -S . -B "$cbuild" "${cgen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" \
+    -DGNMR_BUILD_TESTS=ON -DGNMR_BUILD_CUDA=OFF -DGNMR_BUILD_BENCH=OFF -DGNMR_BUILD_EXAMPLES=OFF \
+    -DGNMR_BUILD_TOOLS=OFF -DGNMR_BUILD_DEMO=OFF -DGNMR_WITH_MPI=OFF -DGNMR_WITH_NCCL=OFF
+  cmake --build "$cbuild" -j"$(nproc)" --target gnmr_tests
+  ctest --test-dir "$cbuild" --output-on-failure -j2 -L '^(unit|soak)$'
+fi
 
 # Every test includes the hardening checks: the host tests again under
 # ASan+UBSan and bounded libFuzzer runs (GNMR_HARDENING=0 skips them).

@@ -52,12 +52,25 @@ gnmr::presets::Options applicable(const gnmr::presets::Options& o, const std::st
     return false;
   };
   gnmr::presets::Options r;
+  // The systemic knobs tune a rule that gnmr and gnmr-ladder only have with
+  // an explicit action: in a multi-preset run they go to gnmr-systemic alone.
+  const bool rule_off = preset != "gnmr-systemic" && !o.systemic_action;
+  const auto ok_sys = [&](const char* k) {
+    if (!rule_off) return ok(k);
+    dropped.push_back(k);
+    return false;
+  };
+#define GNMR_KEEP_SYS(field) \
+  if (o.field && ok_sys(#field)) r.field = o.field;
 #define GNMR_KEEP(field) \
   if (o.field && ok(#field)) r.field = o.field;
   GNMR_KEEP(tau) GNMR_KEEP(delta) GNMR_KEEP(warmup) GNMR_KEEP(window) GNMR_KEEP(delta_window)
   GNMR_KEEP(beta) GNMR_KEEP(max_o) GNMR_KEEP(lock) GNMR_KEEP(cooldown) GNMR_KEEP(kappa)
   GNMR_KEEP(max_norm) GNMR_KEEP(z) GNMR_KEEP(clip_factor) GNMR_KEEP(mean)
+  GNMR_KEEP(systemic_action) GNMR_KEEP_SYS(systemic_share) GNMR_KEEP_SYS(systemic_maxo)
+  GNMR_KEEP_SYS(systemic_kappa) GNMR_KEEP_SYS(systemic_beta) GNMR_KEEP(deny_kappa)
 #undef GNMR_KEEP
+#undef GNMR_KEEP_SYS
   return r;
 }
 
@@ -136,6 +149,7 @@ RunStats run_one(const gnmr::Trace& t, const std::string& preset, const replay::
     st.nonfinite += sum.nonfinite;
     st.releases += sum.released;
     st.global_skips += sum.skip_step;
+    st.systemic += sum.systemic ? 1 : 0;
     st.in_rec_sum += sum.in_recovery;
     st.max_in_rec = std::max(st.max_in_rec, sum.in_recovery);
     if (gnmr::EventLog::has_events(sum)) {
@@ -146,6 +160,8 @@ RunStats run_one(const gnmr::Trace& t, const std::string& preset, const replay::
         us.triggers += (f & gnmr::kTriggered) ? 1 : 0;
         us.denials += (f & gnmr::kDenied) ? 1 : 0;
         us.nonfinite += (f & gnmr::kNonFinite) ? 1 : 0;
+        // A denied unit that the denied-unit rule clipped.
+        st.denied_clipped += ((f & gnmr::kDenied) && rep[u].scale < 1.0f) ? 1 : 0;
       }
     }
     for (std::size_t u = 0; u < st.units; ++u) {

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <fstream>
+#include <locale>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,7 +43,8 @@ step; nan/inf/-inf cells are valid) and reports what they did.
 
   --preset NAME[,NAME...]  presets to run, one run each (default: gnmr):
                            none clip zclip adagc spam skip-step stabilizer
-                           gnmr gnmr-ladder. clip, zclip and skip-step are
+                           gnmr gnmr-ladder gnmr-systemic. clip, zclip and
+                           skip-step are
                            global: they see one unit, the L2 norm
                            sqrt(sum n_i^2) of each row.
  GNMR settings (gnmr, gnmr-ladder; some also apply to other presets):
@@ -56,12 +59,23 @@ step; nan/inf/-inf cells are valid) and reports what they did.
   --lock N         recovery lasts N steps               (default 8)
   --cooldown N     steps after a lock before a new grant (default 0)
   --kappa X        clip a unit in recovery to kappa * mean (default 1)
+ Systemic rule (gnmr presets; on in gnmr-systemic, off in gnmr unless an
+ action is given; docs/algorithm.md, "Systemic steps"):
+  --systemic-action A  off | clip-triggered | global-clip | skip
+                       (gnmr-systemic default clip-triggered)
+  --systemic-share X   systemic when more than X * N units trigger (default 0.5)
+  --systemic-maxo X    ... or more than X * maxO units (default 0: not used)
+  --systemic-kappa X   clip level: kappa * mean of each unit (clip-triggered),
+                       kappa * the total norm's mean (global-clip) (default 1)
+  --systemic-beta X    EMA decay of the total norm's mean (default 0.99)
+ Denied units (gnmr presets; docs/algorithm.md, "Denied units"):
+  --deny-kappa X   clip a denied unit to X * mean without a slot (default: off)
   --max-norm X     clip, zclip: the fixed norm limit
   --z X            zclip, skip-step: the z-score threshold
   --clip-factor X  zclip
  Outputs:
   --events FILE    JSON Lines event log (trigger/grant/deny/release/
-                   nonfinite/global_skip); with several presets FILE gets
+                   nonfinite/systemic/global_skip); with several presets FILE gets
                    the preset name before its extension
   --plot FILE      PNG of ratios over time and recoveries (needs gnuplot)
   --summary FILE   CSV, one row per run
@@ -88,6 +102,14 @@ inline float to_float(const std::string& key, const std::string& v) {
   if (!gnmr::detail::parse_float(v.data(), v.data() + v.size(), f))
     throw UsageError(key + ": '" + v + "' is not a number");
   return f;
+}
+inline double to_double(const std::string& key, const std::string& v) {
+  std::istringstream is(v);
+  is.imbue(std::locale::classic());
+  double d = 0.0;
+  if (v.empty() || !(is >> d) || is.peek() != std::char_traits<char>::eof())
+    throw UsageError(key + ": '" + v + "' is not a number");
+  return d;
 }
 inline std::int64_t to_int(const std::string& key, const std::string& v) {
   std::int64_t i = 0;
@@ -150,6 +172,21 @@ inline bool apply(Options& o, const std::string& key, const std::string& v) {
     if (v != "ema" && v != "cumulative" && v != "window")
       throw UsageError("mean: '" + v + "' is not one of ema, cumulative, window");
     p.mean = v;
+  } else if (k == "systemic-action") {
+    gnmr::SystemicAction a;
+    if (!gnmr::parse_systemic_action(v, a))
+      throw UsageError("systemic-action: '" + v + "' is not one of off, clip-triggered, global-clip, skip");
+    p.systemic_action = v;
+  } else if (k == "systemic-share") {
+    p.systemic_share = to_double(k, v);
+  } else if (k == "systemic-maxo") {
+    p.systemic_maxo = to_double(k, v);
+  } else if (k == "systemic-kappa") {
+    p.systemic_kappa = to_float(k, v);
+  } else if (k == "systemic-beta") {
+    p.systemic_beta = to_float(k, v);
+  } else if (k == "deny-kappa") {
+    p.deny_kappa = to_float(k, v);
   } else if (k == "max-norm") {
     p.max_norm = to_float(k, v);
   } else if (k == "z") {

@@ -7,7 +7,8 @@
 //   1. the ratio of the few most-triggered units over time, grants marked;
 //   2. a heat map of every unit's ratio (log colour), grants and
 //      non-finite norms marked;
-//   3. units in recovery and units triggered per step, with the maxO line.
+//   3. units in recovery and units triggered per step, with the maxO line
+//      and the systemic steps marked (gnmr/systemic.hpp).
 // Presets without a mean (none, clip, stabilizer) have no meaningful ratio,
 // so their panels show the norm instead.
 #pragma once
@@ -46,6 +47,7 @@ class PlotData {
         val_(units * buckets_, 0.0f),
         in_rec_(buckets_, 0),
         trig_(buckets_, 0),
+        systemic_(buckets_, 0),
         unit_trig_(units, 0),
         unit_grant_(units, 0) {}
 
@@ -54,6 +56,8 @@ class PlotData {
     const std::size_t b = index * buckets_ / steps_;
     in_rec_[b] = std::max(in_rec_[b], s.in_recovery);
     trig_[b] = std::max(trig_[b], s.triggered);
+    // The most triggered units among the bucket's systemic steps (0: none).
+    if (s.systemic) systemic_[b] = std::max(systemic_[b], s.triggered);
     for (std::size_t u = 0; u < units_; ++u) {
       const std::uint32_t f = r[u].flags;
       const float v = value(r[u]);
@@ -179,8 +183,13 @@ class PlotData {
     for (const Mark& m : nonfinite_) std::fprintf(f, "%lld %zu\n", static_cast<long long>(m.step), m.unit);
     std::fclose(f);
     f = open(dir + "/counts.dat");
-    for (std::size_t b = 0; b < buckets_; ++b)
-      std::fprintf(f, "%.10g %u %u\n", x_of(b), in_rec_[b], trig_[b]);
+    for (std::size_t b = 0; b < buckets_; ++b) {
+      std::fprintf(f, "%.10g %u %u ", x_of(b), in_rec_[b], trig_[b]);
+      if (systemic_[b])
+        std::fprintf(f, "%u\n", systemic_[b]);
+      else
+        std::fprintf(f, "NaN\n");
+    }
     std::fclose(f);
   }
 
@@ -259,9 +268,11 @@ class PlotData {
     // Panel 3.
     s += "unset logscale cb\nset grid\nset autoscale y\nset yrange [0:*]\nset xlabel 'step'\n";
     s += "set ytics autofreq font ''\nset key outside right top\n";
-    s += "set ylabel 'units'\nset title " + gq("units in recovery and triggered (max per " + bucket_text() + ")") + "\n";
+    s += "set ylabel 'units'\nset title " +
+         gq("units in recovery and triggered (max per " + bucket_text() + "), systemic steps marked") + "\n";
     s += "plot " + gq(dir + "/counts.dat") + " using 1:2 with steps lw 1.5 title 'in recovery', " +
-         gq(dir + "/counts.dat") + " using 1:3 with steps title 'triggered'";
+         gq(dir + "/counts.dat") + " using 1:3 with steps title 'triggered', " + gq(dir + "/counts.dat") +
+         " using 1:4 with points pt 9 ps 1.0 lc rgb 'dark-orange' title 'systemic step'";
     if (max_o != 0xffffffffu) s += ", " + std::to_string(max_o) + " with lines dt 2 lc rgb 'gray' title 'maxO'";
     s += "\nunset multiplot\n";
     FILE* f = open(path);
@@ -282,7 +293,7 @@ class PlotData {
   std::int64_t first_, last_;
   bool show_norm_;
   std::vector<float> val_;  // units x buckets, max per bucket
-  std::vector<std::uint32_t> in_rec_, trig_;
+  std::vector<std::uint32_t> in_rec_, trig_, systemic_;
   std::vector<std::uint64_t> unit_trig_, unit_grant_;
   std::vector<Mark> grants_, nonfinite_;
 };

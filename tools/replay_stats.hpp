@@ -69,7 +69,9 @@ struct RunStats {
   std::string preset;
   std::size_t units = 0;
   std::uint64_t steps = 0, triggers = 0, grants = 0, denials = 0, nonfinite = 0, releases = 0,
-                global_skips = 0, in_rec_sum = 0, events = 0;
+                global_skips = 0, in_rec_sum = 0, events = 0,
+                systemic = 0,        // systemic steps
+                denied_clipped = 0;  // denied unit-steps the denied-unit rule clipped
   std::uint32_t max_in_rec = 0;
   bool has_ratio = true;  // false for presets without a mean (the ratio is n / eps)
   std::vector<std::string> names;
@@ -89,28 +91,30 @@ inline std::string fmt_q(double v) {
 }
 
 inline void print_summary(const std::vector<RunStats>& runs, int top) {
-  std::printf("\n%-12s %8s %6s %9s %7s %8s %9s %8s %7s %10s %8s\n", "preset", "steps", "units",
+  std::printf("\n%-13s %8s %6s %9s %7s %8s %9s %8s %7s %10s %8s %8s %8s\n", "preset", "steps", "units",
               "triggers", "grants", "denials", "nonfinite", "releases", "gskips", "recovered",
-              "max_rec");
+              "max_rec", "systemic", "dclipped");
   for (const RunStats& r : runs)
-    std::printf("%-12s %8llu %6zu %9llu %7llu %8llu %9llu %8llu %7llu %9.3f%% %8u\n",
+    std::printf("%-13s %8llu %6zu %9llu %7llu %8llu %9llu %8llu %7llu %9.3f%% %8u %8llu %8llu\n",
                 r.preset.c_str(), static_cast<unsigned long long>(r.steps), r.units,
                 static_cast<unsigned long long>(r.triggers), static_cast<unsigned long long>(r.grants),
                 static_cast<unsigned long long>(r.denials), static_cast<unsigned long long>(r.nonfinite),
                 static_cast<unsigned long long>(r.releases),
-                static_cast<unsigned long long>(r.global_skips), 100.0 * r.recovered(), r.max_in_rec);
+                static_cast<unsigned long long>(r.global_skips), 100.0 * r.recovered(), r.max_in_rec,
+                static_cast<unsigned long long>(r.systemic), static_cast<unsigned long long>(r.denied_clipped));
   std::printf("(recovered: unit-steps in recovery / (steps x units); max_rec: most units in "
-              "recovery at once)\n");
+              "recovery at once;\n systemic: systemic steps; dclipped: denied unit-steps clipped by the "
+              "denied-unit rule)\n");
   std::printf("\nratio r and Delta-GNMR d over unit-steps past warm-up (quantiles within 1.2%%):\n");
-  std::printf("%-12s %8s %8s %8s %9s %8s %8s %9s %9s\n", "preset", "r_p50", "r_p99", "r_p99.9",
+  std::printf("%-13s %8s %8s %8s %9s %8s %8s %9s %9s\n", "preset", "r_p50", "r_p99", "r_p99.9",
               "r_max", "d_p99", "d_p99.9", "d_max", "samples");
   for (const RunStats& r : runs) {
     if (!r.has_ratio) {
-      std::printf("%-12s %8s (no mean: r is not defined for this preset)\n", r.preset.c_str(), "-");
+      std::printf("%-13s %8s (no mean: r is not defined for this preset)\n", r.preset.c_str(), "-");
       continue;
     }
     const bool any = r.ratio_h.count() > 0;
-    std::printf("%-12s %8s %8s %8s %9s %8s %8s %9s %9llu\n", r.preset.c_str(),
+    std::printf("%-13s %8s %8s %8s %9s %8s %8s %9s %9llu\n", r.preset.c_str(),
                 fmt_q(r.ratio_h.quantile(0.5)).c_str(), fmt_q(r.ratio_h.quantile(0.99)).c_str(),
                 fmt_q(r.ratio_h.quantile(0.999)).c_str(), any ? fmt_q(r.ratio_max).c_str() : "-",
                 fmt_q(r.delta_h.quantile(0.99)).c_str(), fmt_q(r.delta_h.quantile(0.999)).c_str(),
@@ -153,13 +157,13 @@ inline void write_summary_csv(const std::string& path, const std::vector<RunStat
   std::ofstream f(path);
   if (!f) throw std::runtime_error("cannot write the summary '" + path + "'");
   f << "preset,steps,units,triggers,grants,denials,nonfinite,releases,global_skips,"
-       "recovered_fraction,max_in_recovery,event_lines\n";
+       "recovered_fraction,max_in_recovery,event_lines,systemic_steps,denied_clipped\n";
   for (const RunStats& r : runs) {
     char frac[32];
     std::snprintf(frac, sizeof frac, "%.9g", r.recovered());
     f << r.preset << ',' << r.steps << ',' << r.units << ',' << r.triggers << ',' << r.grants << ','
       << r.denials << ',' << r.nonfinite << ',' << r.releases << ',' << r.global_skips << ',' << frac
-      << ',' << r.max_in_rec << ',' << r.events << '\n';
+      << ',' << r.max_in_rec << ',' << r.events << ',' << r.systemic << ',' << r.denied_clipped << '\n';
   }
   f.flush();
   if (!f) throw std::runtime_error("writing the summary '" + path + "' failed");

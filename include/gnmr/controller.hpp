@@ -10,8 +10,10 @@
 // Determinism: the result of a step is a function of the state and the
 // norms alone. The slot selection is a total order (risk descending, ties
 // to the lower index), all decision arithmetic is correctly rounded fp32
-// (gnmr::fm) with FP contraction off, and there are no threads or
-// reductions whose order could vary.
+// (gnmr::fm) with FP contraction off, the systemic test compares integers
+// and the one reduction over units (the total norm of the global-clip
+// action) is the fixed tree of detail::total_sq_tree, which the CUDA
+// backend runs too.
 #pragma once
 
 #include <algorithm>
@@ -28,6 +30,7 @@
 #include "gnmr/policy/norm.hpp"
 #include "gnmr/policy/recovery.hpp"
 #include "gnmr/policy/trigger.hpp"
+#include "gnmr/systemic.hpp"
 #include "gnmr/types.hpp"
 
 namespace gnmr {
@@ -48,10 +51,7 @@ class GnmrController {
       throw std::invalid_argument("gnmr: GnmrController supports at most 2^31-1 units, got " +
                                   std::to_string(num_units));
     const std::string msg = detail::first_error(
-        {norm.check(), mean.check(), trigger.check(), recovery.check(), budget.check(),
-         (opt.eps > 0.0f && is_finite(opt.eps))
-             ? std::string()
-             : detail::bad("ControllerOptions", "eps", "finite and > 0", opt.eps)});
+        {norm.check(), mean.check(), trigger.check(), recovery.check(), budget.check(), opt.check()});
     if (!msg.empty()) throw std::invalid_argument(msg);
     state_.assign(num_units, Policies::init_unit());
     reports_.assign(num_units, UnitReport{});
@@ -59,6 +59,10 @@ class GnmrController {
     norms_.assign(num_units, 0.0f);
     numel_.assign(num_units, 1.0);
     candidates_.reserve(num_units);
+    promoted_.reserve(num_units);
+    threshold_ = detail::systemic_threshold(opt.systemic, num_units, budget.slots());
+    if (opt.systemic.action == SystemicAction::kGlobalClip)
+      total_scratch_.assign(detail::total_scratch_size(num_units), 0.0);
   }
 
   // Another controller's policies and options (policies()), fresh state.
@@ -107,21 +111,35 @@ class GnmrController {
   const std::vector<UnitReport>& reports() const { return reports_; }
   const StepSummary& summary() const { return summary_; }
   const std::vector<UnitState>& unit_states() const { return state_; }
+  // The controller's global state (the systemic rule's tracker of the total norm).
+  const GlobalState& global_state() const { return global_; }
+  // The systemic threshold C (systemic iff more than C units trigger).
+  std::uint32_t systemic_threshold() const { return threshold_; }
+
+  // The units whose decision this step carries kPromote, ascending: what the
+  // framework's forward pass of the next step routes to higher precision.
+  // Built during the step into a buffer reserved at construction (no
+  // allocation); valid until the next step, reset or restore.
+  const std::vector<std::uint32_t>& promoted_units() const { return promoted_; }
 
   // Back to the state at construction (unit sizes are kept).
   void reset() {
     std::fill(state_.begin(), state_.end(), Policies::init_unit());
+    global_ = init_global();
     step_ = 0;
     summary_ = StepSummary{};
+    promoted_.clear();
   }
 
   // Used by the state blob (gnmr/state.hpp): replace the whole state at once.
-  void restore(std::vector<UnitState>&& st, std::int64_t step) {
+  void restore(std::vector<UnitState>&& st, std::int64_t step, const GlobalState& global = init_global()) {
     if (st.size() != state_.size())
       throw std::invalid_argument("gnmr: restore: unit count mismatch");
     state_ = std::move(st);
+    global_ = global;
     step_ = step;
     summary_ = StepSummary{};
+    promoted_.clear();
   }
 
  private:
@@ -139,12 +157,13 @@ class GnmrController {
     const std::size_t n = state_.size();
     // Phase 1: views (kept in reports_ as risk/flags until commit).
     candidates_.clear();
-    std::uint32_t held = 0;
+    std::uint32_t held = 0, triggered = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      const UnitView v = detail::evaluate_unit(p_, state_[i], norms_[i], t);
+      const UnitView v = detail::evaluate_unit(p_, state_[i], norms_[i], t, static_cast<std::uint32_t>(i));
       reports_[i].risk = v.risk;
       reports_[i].flags = v.flags;
       held += (v.flags & kInRecovery) ? 1u : 0u;
+      triggered += (v.flags & kTriggered) ? 1u : 0u;
       if (detail::is_candidate(v.flags)) candidates_.push_back(static_cast<std::uint32_t>(i));
     }
     // Phase 2: the free slots go to the highest risks, ties to the lower index.
@@ -160,17 +179,25 @@ class GnmrController {
       n_grant = free_slots;
     }
     for (std::size_t j = 0; j < n_grant; ++j) reports_[candidates_[j]].flags |= kGranted;
+    // The step-wide systemic outcome (the total norm only for global-clip).
+    const float total_sq = p_.opt.systemic.action == SystemicAction::kGlobalClip
+                               ? static_cast<float>(detail::total_sq_tree(norms_.data(), n, total_scratch_.data()))
+                               : 0.0f;
+    const SystemicStep sys = detail::decide_systemic(p_.opt.systemic, threshold_, triggered, total_sq, global_);
     // Phase 3 + 4: commit every unit, then summarise.
     detail::SummaryAcc acc = detail::SummaryAcc::zero();
+    promoted_.clear();
     for (std::size_t i = 0; i < n; ++i) {
       const bool granted = (reports_[i].flags & kGranted) != 0u;
       std::uint32_t gskip = 0;
-      const UnitView v = detail::commit_unit(p_, state_[i], detail::evaluate_unit(p_, state_[i], norms_[i], t),
-                                             granted, decisions_[i], &reports_[i], gskip);
-      acc.add(v, static_cast<std::uint32_t>(i), gskip);
+      const auto u = static_cast<std::uint32_t>(i);
+      const UnitView v = detail::commit_unit(p_, state_[i], detail::evaluate_unit(p_, state_[i], norms_[i], t, u),
+                                             granted, sys, decisions_[i], &reports_[i], gskip);
+      acc.add(v, u, gskip);
+      if (v.flags & kPromote) promoted_.push_back(u);
     }
     step_ = t;
-    summary_ = acc.finish(t);
+    summary_ = acc.finish(t, sys);
     return summary_;
   }
 
@@ -181,6 +208,10 @@ class GnmrController {
   std::vector<float> norms_;
   std::vector<double> numel_;
   std::vector<std::uint32_t> candidates_;
+  std::vector<std::uint32_t> promoted_;
+  std::vector<double> total_scratch_;  // global-clip's block sums
+  GlobalState global_ = init_global();
+  std::uint32_t threshold_ = 0;
   bool numel_set_ = false;
   std::int64_t step_ = 0;
   StepSummary summary_{};

@@ -39,6 +39,8 @@ class DynController {
   virtual const std::vector<UnitDecision>& decisions() const = 0;
   virtual const std::vector<UnitReport>& reports() const = 0;
   virtual const StepSummary& summary() const = 0;
+  // The units with kPromote this step, ascending (GnmrController::promoted_units).
+  virtual const std::vector<std::uint32_t>& promoted_units() const = 0;
   virtual std::size_t num_units() const = 0;
   virtual std::int64_t steps_done() const = 0;
   // The preset name for make()'s products; the policy names otherwise
@@ -51,8 +53,11 @@ class DynController {
   // Versioned state blob (gnmr/state.hpp). load() throws gnmr::StateError
   // on a truncated, corrupted or mismatched blob and then changes nothing.
   virtual std::vector<std::uint8_t> save() const = 0;
-  virtual void load(const void* data, std::size_t size) = 0;
-  void load(const std::vector<std::uint8_t>& blob) { load(blob.data(), blob.size()); }
+  virtual void load(const void* data, std::size_t size, const StateLoadOptions& opt) = 0;
+  void load(const void* data, std::size_t size) { load(data, size, StateLoadOptions{}); }
+  void load(const std::vector<std::uint8_t>& blob, const StateLoadOptions& opt = {}) {
+    load(blob.data(), blob.size(), opt);
+  }
 
   // Element count per unit (RmsNorm needs it; other norms ignore it).
   virtual void set_unit_numel(const std::uint64_t* numel, std::size_t n) = 0;
@@ -85,12 +90,15 @@ class DynAdapter final : public DynController {
   const std::vector<UnitDecision>& decisions() const override { return c_.decisions(); }
   const std::vector<UnitReport>& reports() const override { return c_.reports(); }
   const StepSummary& summary() const override { return c_.summary(); }
+  const std::vector<std::uint32_t>& promoted_units() const override { return c_.promoted_units(); }
   std::size_t num_units() const override { return c_.num_units(); }
   std::int64_t steps_done() const override { return c_.steps_done(); }
   std::string name() const override { return name_; }
   std::uint32_t max_in_recovery() const override { return c_.policies().budget.slots(); }
   std::vector<std::uint8_t> save() const override { return save_state(c_); }
-  void load(const void* data, std::size_t size) override { load_state(c_, data, size); }
+  void load(const void* data, std::size_t size, const StateLoadOptions& opt) override {
+    load_state(c_, data, size, opt);
+  }
   void set_unit_numel(const std::uint64_t* numel, std::size_t n) override {
     c_.set_unit_numel(numel, n);
   }

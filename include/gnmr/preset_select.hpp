@@ -40,6 +40,18 @@ struct Options {
   std::optional<float> z;            // zclip (z_thresh); skip-step (sigma_factor)
   std::optional<float> clip_factor;  // zclip
   std::optional<std::string> mean;   // gnmr*: "ema" (default) | "cumulative" | "window"
+  // The systemic rule (gnmr/systemic.hpp), gnmr*: "off" | "clip-triggered" |
+  // "global-clip" | "skip". gnmr and gnmr-ladder have it off, and take the
+  // other systemic_* knobs only together with an action; gnmr-systemic has
+  // it on (clip-triggered, share 0.5: provisional defaults).
+  std::optional<std::string> systemic_action;
+  std::optional<double> systemic_share;  // systemic when more than share * N units trigger
+  std::optional<double> systemic_maxo;   // ... or more than systemic_maxo * maxO (0: off)
+  std::optional<float> systemic_kappa;   // clip level of the systemic action
+  std::optional<float> systemic_beta;    // EMA decay of the total norm's mean (global-clip)
+  // The denied-unit rule, gnmr*: a denied unit is clipped to deny_kappa * mu
+  // without a slot (off when not given).
+  std::optional<float> deny_kappa;
 };
 
 namespace detail {
@@ -52,7 +64,9 @@ struct PresetInfo {
 
 inline const std::vector<PresetInfo>& preset_table() {
   static const std::vector<std::string> gnmr_knobs = {
-      "tau", "delta", "warmup", "window", "delta_window", "beta", "max_o", "lock", "cooldown", "kappa", "mean"};
+      "tau",      "delta", "warmup",          "window",         "delta_window",   "beta",
+      "max_o",    "lock",  "cooldown",        "kappa",          "mean",           "systemic_action",
+      "systemic_share",    "systemic_maxo",   "systemic_kappa", "systemic_beta",  "deny_kappa"};
   static const std::vector<PresetInfo> t = {
       {"none", false, {}},
       {"clip", true, {"max_norm"}},
@@ -63,6 +77,9 @@ inline const std::vector<PresetInfo>& preset_table() {
       {"stabilizer", false, {}},
       {"gnmr", false, gnmr_knobs},
       {"gnmr-ladder", false, gnmr_knobs},
+      {"gnmr-promote", false, gnmr_knobs},
+      {"gnmr-clip", false, gnmr_knobs},
+      {"gnmr-systemic", false, gnmr_knobs},
   };
   return t;
 }
@@ -89,6 +106,12 @@ inline std::vector<std::string> options_given(const Options& o) {
   if (o.z) g.push_back("z");
   if (o.clip_factor) g.push_back("clip_factor");
   if (o.mean) g.push_back("mean");
+  if (o.systemic_action) g.push_back("systemic_action");
+  if (o.systemic_share) g.push_back("systemic_share");
+  if (o.systemic_maxo) g.push_back("systemic_maxo");
+  if (o.systemic_kappa) g.push_back("systemic_kappa");
+  if (o.systemic_beta) g.push_back("systemic_beta");
+  if (o.deny_kappa) g.push_back("deny_kappa");
   return g;
 }
 
@@ -125,8 +148,33 @@ inline std::int32_t i32(const char* what, std::int64_t v) {
   return static_cast<std::int32_t>(in_range(what, v, -0x7fffffffLL - 1, 0x7fffffffLL));
 }
 
+// The systemic and denied rules of the gnmr presets from the overrides;
+// `systemic` is the preset's own default action.
+inline ControllerOptions gnmr_options(const Options& o, SystemicAction systemic) {
+  ControllerOptions c;
+  c.systemic.action = systemic;
+  if (o.systemic_action && !parse_systemic_action(*o.systemic_action, c.systemic.action))
+    throw std::invalid_argument("gnmr: override 'systemic_action' must be one of off, clip-triggered, "
+                                "global-clip, skip; got '" + *o.systemic_action + "'");
+  const bool knobs = o.systemic_share || o.systemic_maxo || o.systemic_kappa || o.systemic_beta;
+  if (knobs && c.systemic.action == SystemicAction::kOff)
+    throw std::invalid_argument("gnmr: the systemic_* overrides need the systemic rule on: give "
+                                "systemic_action (clip-triggered, global-clip or skip) or use preset "
+                                "gnmr-systemic");
+  if (o.systemic_share) c.systemic.share = *o.systemic_share;
+  if (o.systemic_maxo) c.systemic.maxo_multiple = *o.systemic_maxo;
+  if (o.systemic_kappa) c.systemic.kappa = *o.systemic_kappa;
+  if (o.systemic_beta) c.systemic.beta = *o.systemic_beta;
+  if (o.deny_kappa) {
+    c.denied.action = DeniedAction::kClip;
+    c.denied.kappa = *o.deny_kappa;
+  }
+  return c;
+}
+
 template <class Mean, class Recovery, class F>
-auto gnmr_with(std::size_t n, Mean mean, Recovery rec, const Options& o, F&& f) {
+auto gnmr_with(std::size_t n, Mean mean, Recovery rec, const Options& o, F&& f,
+               SystemicAction systemic = SystemicAction::kOff) {
   GnmrTrigger t;
   if (o.tau) t.tau = *o.tau;
   if (o.delta) t.delta = *o.delta;
@@ -137,11 +185,12 @@ auto gnmr_with(std::size_t n, Mean mean, Recovery rec, const Options& o, F&& f) 
   if (o.lock) b.lock = i32("lock", *o.lock);
   if (o.cooldown) b.cooldown = i32("cooldown", *o.cooldown);
   using C = GnmrController<L2Norm, Mean, GnmrTrigger, Recovery, MaxO>;
-  return f(C(n, {}, mean, t, rec, b));
+  return f(C(n, {}, mean, t, rec, b, gnmr_options(o, systemic)));
 }
 
 template <class Recovery, class F>
-auto gnmr_any_mean(std::size_t n, Recovery rec, const Options& o, F&& f) {
+auto gnmr_any_mean(std::size_t n, Recovery rec, const Options& o, F&& f,
+                   SystemicAction systemic = SystemicAction::kOff) {
   const std::string kind = o.mean.value_or("ema");
   if (kind != "window" && o.window)
     throw std::invalid_argument("gnmr: override 'window' needs mean=window (got mean=" + kind + ")");
@@ -150,13 +199,13 @@ auto gnmr_any_mean(std::size_t n, Recovery rec, const Options& o, F&& f) {
   if (kind == "ema") {
     EmaMean m;
     if (o.beta) m.beta = *o.beta;
-    return gnmr_with(n, m, rec, o, f);
+    return gnmr_with(n, m, rec, o, f, systemic);
   }
-  if (kind == "cumulative") return gnmr_with(n, CumulativeMean{}, rec, o, f);
+  if (kind == "cumulative") return gnmr_with(n, CumulativeMean{}, rec, o, f, systemic);
   if (kind == "window") {
     WindowMean<64> m;
     if (o.window) m.window = i32("window", *o.window);
-    return gnmr_with(n, m, rec, o, f);
+    return gnmr_with(n, m, rec, o, f, systemic);
   }
   throw std::invalid_argument("gnmr: override 'mean' must be one of ema, cumulative, window; got '" +
                               kind + "'");
@@ -241,9 +290,19 @@ auto with_preset(const std::string& name, std::size_t num_units, const Options& 
     return f(skip_step(num_units, p));
   }
   if (name == "stabilizer") return f(stabilizer(num_units));
-  if (name == "gnmr") {
+  // gnmr-clip is today's gnmr under its own name: gnmr's default may change
+  // (issue 11's benchmark), a script that wants the clip keeps it.
+  if (name == "gnmr" || name == "gnmr-clip" || name == "gnmr-systemic") {
     ClipToMean r;
     if (o.kappa) r.kappa = *o.kappa;
+    // gnmr-systemic: GNMR with the systemic rule on (provisional defaults,
+    // docs/presets.md); the same type as gnmr, so their blobs interchange.
+    return detail::gnmr_any_mean(num_units, r, o, f,
+                                 name == "gnmr-systemic" ? SystemicAction::kClipTriggered : SystemicAction::kOff);
+  }
+  if (name == "gnmr-promote") {
+    ClipAndPromote r;
+    if (o.kappa) r.first.kappa = *o.kappa;
     return detail::gnmr_any_mean(num_units, r, o, f);
   }
   // gnmr-ladder

@@ -56,6 +56,22 @@ using Stabilizer = GnmrController<L2Norm, NoMean, AlwaysTrigger, NormReplace, Un
 using Gnmr = GnmrController<>;
 using GnmrLadder = GnmrController<L2Norm, EmaMean, GnmrTrigger, Ladder, MaxO>;
 
+// GNMR's signal (L2, EMA, GnmrTrigger, MaxO) with the recovery action as the
+// one parameter, on either backend: GnmrWith<R> is the host controller,
+// GnmrWith<R, gnmr::cuda::DeviceController> the device one. The benchmark's
+// arms (STABILITY.md §5: promotion against clipping driven by the same
+// signal) differ in R alone, so each is one line.
+template <class Recovery,
+          template <class, class, class, class, class> class Controller = GnmrController>
+using GnmrWith = Controller<L2Norm, EmaMean, GnmrTrigger, Recovery, MaxO>;
+// Recovery actions: clip the current step's gradient to kappa * mu and send
+// the unit to the higher-precision path for the lock (docs/algorithm.md,
+// Precision promotion).
+using ClipAndPromote = Compose<ClipToMean, PromotePrecision>;
+using GnmrPromote = GnmrWith<ClipAndPromote>;         // preset "gnmr-promote"
+using GnmrPromoteOnly = GnmrWith<PromotePrecision>;   // promotion, gradient untouched
+using GnmrClip = GnmrWith<ClipToMean>;                // preset "gnmr-clip" (= Gnmr today)
+
 // ------------------------------------------------ published parameters ----
 // Field names follow the peer's own arguments so a user can copy a config.
 struct TorchClipParams {
@@ -178,6 +194,27 @@ inline Gnmr gnmr_default(std::size_t num_units) { return Gnmr(num_units); }
 
 inline GnmrLadder gnmr_ladder(std::size_t num_units, const Ladder& ladder = {}) {
   return GnmrLadder(num_units, {}, {}, {}, ladder, {});
+}
+
+// SPEC §1 defaults; kappa is the clip's (scale = min(1, kappa * mu / n)).
+inline GnmrPromote gnmr_promote(std::size_t num_units, float kappa = 1.0f) {
+  return GnmrPromote(num_units, {}, {}, {}, ClipAndPromote{ClipToMean{kappa}, {PromotePrecision{}}}, {});
+}
+
+inline GnmrPromoteOnly gnmr_promote_only(std::size_t num_units) { return GnmrPromoteOnly(num_units); }
+
+inline GnmrClip gnmr_clip(std::size_t num_units, float kappa = 1.0f) {
+  return GnmrClip(num_units, {}, {}, {}, ClipToMean{kappa}, {});
+}
+
+// GNMR with the systemic rule on (preset "gnmr-systemic"): by default the
+// rule's provisional values (clip-triggered, share 0.5, kappa 1; docs/
+// algorithm.md, "Systemic steps"). The same type as Gnmr: only the options differ.
+inline Gnmr gnmr_systemic(std::size_t num_units,
+                          const SystemicRule& rule = SystemicRule{SystemicAction::kClipTriggered}) {
+  ControllerOptions opt;
+  opt.systemic = rule;
+  return Gnmr(num_units, {}, {}, {}, {}, {}, opt);
 }
 
 }  // namespace presets

@@ -2,6 +2,7 @@
 //
 // One line per event, in this order within a step: for each unit with an
 // event, by index, release, nonfinite, trigger, grant, deny; then one
+// systemic line if the step is systemic (gnmr/systemic.hpp); then one
 // global_skip line if the step suggests a global skip. A line looks like
 //   {"step":12,"unit":3,"name":"h.3.attn","event":"grant","norm":12,
 //    "mean":1.5,"ratio":8,"delta":3,"risk":2.66666675,"action":"clip:0.125"}
@@ -9,7 +10,12 @@
 // non-finite floats are the JSON strings "nan", "inf", "-inf" by default,
 // or null with EventLogOptions::nonfinite_as_null. null otherwise means
 // "not applicable": a global_skip line (unit -1, name "global") has null
-// norm/mean/delta/risk and carries the step's max ratio in "ratio".
+// norm/mean/delta/risk and carries the step's max ratio in "ratio". A
+// systemic line (unit -1, name "global") carries the step's triggered count
+// in "triggered" and its action: "clip-triggered", "skip", or
+// "global-clip:<s>" with the total norm G in "norm", its tracked mean M in
+// "mean" and G / M in "ratio" (null while M has no sample; null norm and
+// mean under the other actions, which compute no total).
 // "action" is the unit's decision this step, the same on each of its lines:
 // "skip", "reset_moments", "promote", "clip:<scale>" (scale != 1), joined
 // with '+' when several apply, or "none".
@@ -41,6 +47,7 @@
 #include <vector>
 
 #include "gnmr/detail/format.hpp"
+#include "gnmr/systemic.hpp"
 #include "gnmr/types.hpp"
 
 namespace gnmr {
@@ -53,7 +60,8 @@ enum EventMask : std::uint32_t {
   kEvRelease = 1u << 3,
   kEvNonFinite = 1u << 4,
   kEvGlobalSkip = 1u << 5,
-  kEvAll = 0x3fu,
+  kEvSystemic = 1u << 6,
+  kEvAll = 0x7fu,
 };
 
 struct EventLogOptions {
@@ -139,6 +147,30 @@ class EventLog {
     return lines;
   }
   std::size_t finish_step(const StepSummary& s, std::size_t lines) {
+    if (s.systemic && (opt_.events & kEvSystemic)) {
+      begin_line(s.step, -1);
+      put("\"name\":\"global\",\"event\":\"systemic\",\"triggered\":");
+      char num[detail::kNumBuf];
+      put(num, detail::format_int(num, static_cast<std::int64_t>(s.triggered)));
+      const bool total = s.systemic == static_cast<std::uint32_t>(SystemicAction::kGlobalClip);
+      put(",\"norm\":");
+      total ? put_float(s.total_norm) : put("null");
+      put(",\"mean\":");
+      total ? put_float(s.total_mean) : put("null");
+      put(",\"ratio\":");
+      if (total && s.total_mean > 0.0f)
+        put_float(fm::div(s.total_norm, s.total_mean));
+      else
+        put("null");
+      put(",\"delta\":null,\"risk\":null,\"action\":\"");
+      put(systemic_action_name(static_cast<SystemicAction>(s.systemic)));
+      if (total) {
+        put(":");
+        put(num, detail::format_float(num, s.systemic_scale));
+      }
+      put("\"}\n");
+      ++lines;
+    }
     if (s.skip_step && (opt_.events & kEvGlobalSkip)) {
       begin_line(s.step, -1);
       put("\"name\":\"global\",\"event\":\"global_skip\",\"norm\":null,\"mean\":null,\"ratio\":");

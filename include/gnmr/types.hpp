@@ -26,6 +26,7 @@ enum Flag : std::uint32_t {
   kReleased = 1u << 9,      // its lock expired at the start of this step
   kWarmup = 1u << 10,       // too few accepted samples for a verdict
   kZeroNorm = 1u << 11,     // n = 0 exactly: no gradient, not a sample (see ControllerOptions)
+  kSystemic = 1u << 12,     // the systemic action applied to this unit this step (gnmr/systemic.hpp)
 };
 
 // Compact decision: what an optimizer needs, in one 8-byte load.
@@ -58,14 +59,24 @@ struct StepSummary {
   // kZeroNorm. +inf only where a finite norm overflows n / max(mu, eps).
   float max_ratio = 0.0f;
   std::int32_t max_ratio_unit = -1;  // lowest index on ties; -1 if none
-  std::uint32_t skip_step = 0;     // 1: the policy suggests skipping the step
+  std::uint32_t skip_step = 0;     // 1: the policy (or the systemic skip) suggests skipping the step
+  // The systemic rule (gnmr/systemic.hpp): 0 on a step that is not
+  // systemic, else the SystemicAction applied (1 clip-triggered,
+  // 2 global-clip, 3 skip).
+  std::uint32_t systemic = 0;
+  float systemic_scale = 1.0f;  // global-clip's scale s for every finite unit; 1 otherwise
+  // global-clip only, on every step: the total norm G = sqrt(sum of the finite
+  // n_i^2) and its tracked mean M before this step's sample (0 while M has
+  // none); both 0 under the other actions.
+  float total_norm = 0.0f;
+  float total_mean = 0.0f;
 };
 
 // The unit flags that make an event in the log (gnmr/telemetry.hpp), and
 // whether a step has any event at all: its summary says so, no unit scan.
 constexpr std::uint32_t kEventFlags = kTriggered | kGranted | kDenied | kReleased | kNonFinite;
 GNMR_HOST_DEVICE bool step_has_events(const StepSummary& s) {
-  return (s.triggered | s.granted | s.denied | s.released | s.nonfinite | s.skip_step) != 0u;
+  return (s.triggered | s.granted | s.denied | s.released | s.nonfinite | s.skip_step | s.systemic) != 0u;
 }
 
 // What a Trigger / Recovery policy sees of a unit at step t.
@@ -79,6 +90,7 @@ struct UnitView {
   float target;  // the norm the trigger's own rule would clip to
   std::uint32_t count;  // k_i: accepted samples in the mean
   std::uint32_t flags;  // Flag bits decided so far
+  std::uint32_t unit;   // i, the unit's index (a per-unit threshold, a lookup of one's own)
   std::int64_t step;    // t
   std::int64_t granted_at;  // step of the current/last grant, 0 if never
 };

@@ -88,5 +88,6 @@ void test_graph_and_no_alloc();
 void test_controller_vs_host();
 void test_telemetry();
 void test_presets_on_device();
+void test_summary_ring();
 
 }  // namespace gpu_test

@@ -37,7 +37,9 @@ struct World {
   Dev<float> lr{1};
   gnmr::AdamWParams h;
 
-  World(const std::vector<std::size_t>& sizes, const std::vector<std::vector<float>>& init) : n(sizes) {
+  World(const std::vector<std::size_t>& sizes, const std::vector<std::vector<float>>& init,
+        const gnmr::ControllerOptions& copt)
+      : n(sizes) {
     std::vector<gnmr::Segment> segs;
     std::vector<gnmr::AdamWTensor> ts;
     for (std::size_t i = 0; i < n.size(); ++i) {
@@ -57,7 +59,7 @@ struct World {
     gnmr::MaxO b;
     b.max_o = 2;
     b.lock = 3;
-    ctl.reset(new gnmr::cuda::DeviceController<>(n.size(), {}, {}, trig, {}, b));
+    ctl.reset(new gnmr::cuda::DeviceController<>(n.size(), {}, {}, trig, {}, b, copt));
     opt.reset(new gnmr::cuda::AdamWPlan(ts, n.size()));
     h.lr = 1e-3f;
     const float lr0 = 1e-3f;
@@ -85,8 +87,12 @@ void make_grads(std::uint64_t seed, int t, const std::vector<std::size_t>& n, st
 
 }  // namespace
 
-void test_graph_and_no_alloc() {
-  std::printf("[graph capture, no allocation, no host sync]\n");
+namespace {
+
+// with the systemic rule off, and on with global-clip (the action with the
+// most device work: the tree of squares, the tracker in device memory).
+void graph_case(const char* name, const gnmr::ControllerOptions& opt) {
+  std::printf("  %s\n", name);
   std::mt19937_64 rng(31337);
   std::vector<std::size_t> sizes(kTensors);
   std::vector<std::vector<float>> init(kTensors);
@@ -96,7 +102,7 @@ void test_graph_and_no_alloc() {
     std::normal_distribution<float> nd(0.0f, 0.02f);
     for (float& x : init[i]) x = nd(rng);
   }
-  World eager(sizes, init), graphed(sizes, init);
+  World eager(sizes, init, opt), graphed(sizes, init, opt);
   cudaStream_t se, sg;
   CK(cudaStreamCreateWithFlags(&se, cudaStreamNonBlocking));
   CK(cudaStreamCreateWithFlags(&sg, cudaStreamNonBlocking));
@@ -113,7 +119,7 @@ void test_graph_and_no_alloc() {
   const int steps = quick() ? 12 : 30;
   std::vector<std::vector<std::uint16_t>> grads(kTensors);
   std::size_t free0 = 0, free1 = 0, total = 0;
-  std::size_t dec_diff = 0, skipped_steps = 0;
+  std::size_t dec_diff = 0, skipped_steps = 0, systemic_steps = 0;
   for (int t = 1; t <= steps; ++t) {
     make_grads(5, t, sizes, grads);
     for (std::size_t i = 0; i < kTensors; ++i) {
@@ -129,6 +135,7 @@ void test_graph_and_no_alloc() {
     const auto dg = graphed.ctl->copy_decisions();
     dec_diff += std::memcmp(de.data(), dg.data(), de.size() * sizeof(gnmr::UnitDecision)) != 0;
     skipped_steps += (de[7].flags & gnmr::kSkip) != 0u;
+    systemic_steps += eager.ctl->copy_summary().systemic != 0u;
   }
   CK(cudaMemGetInfo(&free1, &total));
   if (!quick()) {
@@ -138,6 +145,8 @@ void test_graph_and_no_alloc() {
   }
   EXPECT(dec_diff == 0, "graph replay decisions differ on %zu steps", dec_diff);
   EXPECT(skipped_steps >= 1, "the NaN step was not skipped");
+  EXPECT((opt.systemic.action == gnmr::SystemicAction::kOff) == (systemic_steps == 0),
+         "%zu systemic steps under action %s", systemic_steps, gnmr::systemic_action_name(opt.systemic.action));
   EXPECT(eager.ctl->steps_done() == steps && graphed.ctl->steps_done() == steps, "step counters");
   const gnmr::StepSummary se_sum = eager.ctl->copy_summary(), sg_sum = graphed.ctl->copy_summary();
   EXPECT(std::memcmp(&se_sum, &sg_sum, sizeof se_sum) == 0, "summaries differ");
@@ -169,11 +178,23 @@ void test_graph_and_no_alloc() {
   EXPECT(pending == cudaErrorNotReady, "the stream had drained: the step waited for the device");
   EXPECT(quick() || ms < 20.0, "enqueueing a step took %.2f ms behind a busy stream", ms);
   CK(cudaStreamSynchronize(se));
-  std::printf("  %d steps: graph == eager; enqueue behind a busy stream took %.3f ms\n", steps, ms);
+  std::printf("    %d steps (%zu systemic): graph == eager; enqueue behind a busy stream took %.3f ms\n", steps,
+              systemic_steps, ms);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(se);
   cudaStreamDestroy(sg);
+}
+
+}  // namespace
+
+void test_graph_and_no_alloc() {
+  std::printf("[graph capture, no allocation, no host sync]\n");
+  graph_case("systemic rule off", gnmr::ControllerOptions{});
+  gnmr::ControllerOptions o;
+  o.systemic.action = gnmr::SystemicAction::kGlobalClip;
+  o.systemic.share = 0.25;  // the bursts of make_grads spike 14 of 40 tensors
+  graph_case("systemic global-clip", o);
 }
 
 }  // namespace gpu_test

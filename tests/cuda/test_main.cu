@@ -323,6 +323,7 @@ int main() {
   gpu_test::test_graph_and_no_alloc();
   gpu_test::test_telemetry();
   gpu_test::test_presets_on_device();
+  gpu_test::test_summary_ring();
   const cudaError_t last = cudaDeviceSynchronize();
   EXPECT(last == cudaSuccess, "device error at exit: %s", cudaGetErrorString(last));
   std::printf(gpu_test::failures() ? "gnmr_cuda_tests: %d FAILURE(S)\n" : "gnmr_cuda_tests: all passed\n",

@@ -15,6 +15,12 @@
 # (triggered and granted, lock 1, released on the next step), nan at 25:
 #   => triggers 2, grants 2, denials 0, nonfinite 1, releases 2,
 #      recovered 2/30, 7 event lines; scale at step 20 = 3 / (10.198 + 1e-6).
+# gnmr-systemic with --systemic-share 0 (systemic as soon as one unit
+# triggers) and global-clip: steps 20 and 22 are systemic; the total norm's
+# mean M is sqrt(5) = 2.23607 (every earlier total is sqrt(1 + 4)), so
+# s = 2.23607 / sqrt(104) = 0.21926 at step 20; the tracker is fed
+# min(G, M) = M, so s = 2.23607 / sqrt(29) = 0.415227 at step 22. Same
+# grants as gnmr, and 2 more event lines (7).
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 execute_process(COMMAND ${REPLAY} ${TRACE} --preset gnmr,clip --max-norm 3 --quiet
@@ -33,9 +39,9 @@ endif()
 
 file(STRINGS ${WORK}/summary.csv rows)
 set(want
-  "preset,steps,units,triggers,grants,denials,nonfinite,releases,global_skips,recovered_fraction,max_in_recovery,event_lines"
-  "gnmr,30,2,2,1,0,1,1,0,0.133333333,1,5"
-  "clip,30,1,2,2,0,1,2,0,0.0666666667,1,7")
+  "preset,steps,units,triggers,grants,denials,nonfinite,releases,global_skips,recovered_fraction,max_in_recovery,event_lines,systemic_steps,denied_clipped"
+  "gnmr,30,2,2,1,0,1,1,0,0.133333333,1,5,0,0"
+  "clip,30,1,2,2,0,1,2,0,0.0666666667,1,7,0,0")
 if(NOT "${rows}" STREQUAL "${want}")
   message(FATAL_ERROR "summary.csv:\n${rows}\nexpected:\n${want}")
 endif()
@@ -62,5 +68,29 @@ list(GET c 0 l)
 # float(sqrt(104)) = 10.1980391 (9 digits); 3 / (10.1980391 + 1e-6) = 0.294174165.
 if(NOT l MATCHES "^{\"step\":20,\"unit\":0,\"name\":\"global\",\"event\":\"trigger\",\"norm\":10.1980391,.*\"action\":\"clip:0.29417416")
   message(FATAL_ERROR "line 1 of ev.clip.jsonl: ${l}")
+endif()
+execute_process(COMMAND ${REPLAY} ${TRACE} --preset gnmr-systemic --systemic-share 0 --systemic-action global-clip
+    --quiet --events ${WORK}/ev_sys.jsonl --summary ${WORK}/summary_sys.csv
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "gnmr-replay gnmr-systemic failed (${rc}):\n${out}\n${err}")
+endif()
+file(STRINGS ${WORK}/summary_sys.csv rows)
+list(GET rows 1 row)
+if(NOT row STREQUAL "gnmr-systemic,30,2,2,1,0,1,1,0,0.133333333,1,7,2,0")
+  message(FATAL_ERROR "summary_sys.csv row: ${row}")
+endif()
+file(STRINGS ${WORK}/ev_sys.jsonl s REGEX "\"event\":\"systemic\"")
+list(LENGTH s ns)
+if(NOT ns EQUAL 2)
+  message(FATAL_ERROR "ev_sys.jsonl has ${ns} systemic lines, 2 expected:\n${s}")
+endif()
+list(GET s 0 l)
+if(NOT l MATCHES "^{\"step\":20,\"unit\":-1,\"name\":\"global\",\"event\":\"systemic\",\"triggered\":1,\"norm\":10\\.1980391,\"mean\":2\\.2360[0-9]*,\"ratio\":4\\.560[0-9]*,\"delta\":null,\"risk\":null,\"action\":\"global-clip:0\\.21926[0-9]*\"}$")
+  message(FATAL_ERROR "systemic line 1: ${l}")
+endif()
+list(GET s 1 l)
+if(NOT l MATCHES "^{\"step\":22,.*\"norm\":5\\.38516[0-9]*,\"mean\":2\\.2360[0-9]*,.*\"action\":\"global-clip:0\\.415227[0-9]*\"}$")
+  message(FATAL_ERROR "systemic line 2: ${l}")
 endif()
 message(STATUS "ok")

@@ -55,8 +55,20 @@ inline gnmr::ClipToMean clip(float kappa) {
 // The default policy families with explicit hyperparameters.
 using Ctl = gnmr::GnmrController<>;
 inline Ctl make(std::size_t n, gnmr::EmaMean mean, gnmr::GnmrTrigger tr, gnmr::MaxO b,
-                float kappa = 1.0f) {
-  return Ctl(n, gnmr::L2Norm{}, mean, tr, clip(kappa), b);
+                float kappa = 1.0f, gnmr::ControllerOptions opt = {}) {
+  return Ctl(n, gnmr::L2Norm{}, mean, tr, clip(kappa), b, opt);
+}
+
+// ControllerOptions with the systemic rule (share, optional maxO multiple).
+inline gnmr::ControllerOptions systemic(gnmr::SystemicAction a, double share, double maxo_multiple = 0.0,
+                                        float kappa = 1.0f, float beta = 0.99f) {
+  gnmr::ControllerOptions o;
+  o.systemic.action = a;
+  o.systemic.share = share;
+  o.systemic.maxo_multiple = maxo_multiple;
+  o.systemic.kappa = kappa;
+  o.systemic.beta = beta;
+  return o;
 }
 
 inline std::string flag_names(std::uint32_t f) {
@@ -68,7 +80,8 @@ inline std::string flag_names(std::uint32_t f) {
                 {gnmr::kCooldown, "COOLDOWN"},     {gnmr::kNonFinite, "NONFINITE"},
                 {gnmr::kSkip, "SKIP"},             {gnmr::kResetMoments, "RESET_MOMENTS"},
                 {gnmr::kPromote, "PROMOTE"},       {gnmr::kReleased, "RELEASED"},
-                {gnmr::kWarmup, "WARMUP"},         {gnmr::kZeroNorm, "ZERO_NORM"}};
+                {gnmr::kWarmup, "WARMUP"},         {gnmr::kZeroNorm, "ZERO_NORM"},
+                {gnmr::kSystemic, "SYSTEMIC"}};
   std::string s;
   for (const auto& n : kNames)
     if (f & n.bit) {

@@ -26,7 +26,7 @@ using gnmr::detail::NormLayout;
 // A norm whose every element counts 1: its partial is the number of
 // elements the schedule visited, exactly (per-thread counts stay < 2^24).
 struct CountNorm {
-  static constexpr const char* kName = "count";
+  [[maybe_unused]] static constexpr const char* kName = "count";
   static constexpr gnmr::Combine kCombine = gnmr::Combine::kSum;
   static float identity() { return 0.0f; }
   static float element(float) { return 1.0f; }

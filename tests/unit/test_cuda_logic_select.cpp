@@ -136,7 +136,10 @@ TEST_CASE("per-block pre-filter keeps the winners when one block holds them all"
 namespace {
 
 // The device step, replayed on the host with the same functors and the
-// same selection algorithm as controller_kernels.cuh.
+// same selection and reduction algorithms as controller_kernels.cuh: per
+// block of 256 units the held/candidate/triggered counts and (global-clip)
+// the halving tree of squares, then the last block's sums, level by level
+// in place, and decide_systemic on the tracker.
 template <class PS>
 struct DeviceStepReplay {
   PS p;
@@ -145,28 +148,66 @@ struct DeviceStepReplay {
   std::vector<gnmr::UnitDecision> dec;
   std::vector<gnmr::UnitReport> rep;
   gnmr::StepSummary sum{};
-  DeviceStepReplay(const PS& ps, std::size_t n) : p(ps), st(n, PS::init_unit()), dec(n), rep(n) {}
+  gnmr::GlobalState global = gnmr::init_global();
+  std::uint32_t threshold;
+  DeviceStepReplay(const PS& ps, std::size_t n)
+      : p(ps), st(n, PS::init_unit()), dec(n), rep(n),
+        threshold(gnmr::detail::systemic_threshold(ps.opt.systemic, n, ps.budget.slots())) {}
+
+  static double block_tree(double (&x)[256]) {  // the kernel's shared-memory loop
+    for (unsigned s = 128; s > 0; s >>= 1)
+      for (unsigned j = 0; j < s; ++j) x[j] = gnmr::fm::dadd(x[j], x[j + s]);
+    return x[0];
+  }
+
   void run(const std::vector<float>& norms) {
     const std::int64_t t = step + 1;
     const std::size_t n = st.size();
+    const std::size_t nb = (n + 255) / 256;
     std::vector<std::uint64_t> keys(n);
-    std::uint32_t held = 0;
-    for (std::uint32_t i = 0; i < n; ++i) {
-      const gnmr::UnitView v = gnmr::detail::evaluate_unit(p, st[i], norms[i], t);
-      held += (v.flags & gnmr::kInRecovery) ? 1u : 0u;
-      keys[i] = gnmr::detail::is_candidate(v.flags) ? rank_key(v.risk, i) : 0u;
+    std::vector<double> block_sq(nb);
+    std::uint32_t held = 0, trig = 0;
+    for (std::size_t b = 0; b < nb; ++b) {
+      double x[256];
+      for (std::uint32_t j = 0; j < 256; ++j) {
+        const std::uint32_t i = static_cast<std::uint32_t>(b * 256 + j);
+        x[j] = 0.0;
+        if (i >= n) continue;
+        const gnmr::UnitView v = gnmr::detail::evaluate_unit(p, st[i], norms[i], t, i);
+        held += (v.flags & gnmr::kInRecovery) ? 1u : 0u;
+        trig += (v.flags & gnmr::kTriggered) ? 1u : 0u;
+        keys[i] = gnmr::detail::is_candidate(v.flags) ? rank_key(v.risk, i) : 0u;
+        x[j] = gnmr::detail::total_square(norms[i]);
+      }
+      block_sq[b] = block_tree(x);
     }
     const auto rule = gnmr::detail::emulate_device_select(keys, held, p.budget.slots());
+    double total = 0.0;
+    if (p.opt.systemic.action == gnmr::SystemicAction::kGlobalClip) {
+      std::size_t m = nb;
+      while (m > 1) {
+        std::size_t k = 0;
+        for (std::size_t b = 0; b < m; b += 256, ++k) {
+          double x[256];
+          for (std::size_t j = 0; j < 256; ++j) x[j] = b + j < m ? block_sq[b + j] : 0.0;
+          block_sq[k] = block_tree(x);
+        }
+        m = k;
+      }
+      total = block_sq[0];
+    }
+    const gnmr::SystemicStep sys =
+        gnmr::detail::decide_systemic(p.opt.systemic, threshold, trig, static_cast<float>(total), global);
     auto acc = gnmr::detail::SummaryAcc::zero();
     for (std::uint32_t i = 0; i < n; ++i) {
       std::uint32_t gskip = 0;
-      const gnmr::UnitView v0 = gnmr::detail::evaluate_unit(p, st[i], norms[i], t);
-      const gnmr::UnitView v =
-          gnmr::detail::commit_unit(p, st[i], v0, gnmr::detail::rule_grants(rule, keys[i]), dec[i], &rep[i], gskip);
+      const gnmr::UnitView v0 = gnmr::detail::evaluate_unit(p, st[i], norms[i], t, i);
+      const gnmr::UnitView v = gnmr::detail::commit_unit(p, st[i], v0, gnmr::detail::rule_grants(rule, keys[i]),
+                                                         sys, dec[i], &rep[i], gskip);
       acc.add(v, i, gskip);
     }
     step = t;
-    sum = acc.finish(t);
+    sum = acc.finish(t, sys);
   }
 };
 
@@ -175,7 +216,7 @@ void compare_with_host(Ctl& host, std::size_t n, int steps, std::uint64_t seed) 
   using PS = typename Ctl::Policies;
   DeviceStepReplay<PS> dev(host.policies(), n);
   std::vector<float> norms(n);
-  std::size_t contended = 0, granted_total = 0;
+  std::size_t contended = 0, granted_total = 0, systemic = 0;
   for (int s = 1; s <= steps; ++s) {
     tracegen::fill(seed, s, norms);
     const gnmr::StepSummary& hs = host.step_norms(norms);
@@ -188,17 +229,28 @@ void compare_with_host(Ctl& host, std::size_t n, int steps, std::uint64_t seed) 
     REQUIRE(dev.sum.nonfinite == hs.nonfinite);
     REQUIRE(dev.sum.max_ratio_unit == hs.max_ratio_unit);
     REQUIRE(std::memcmp(&dev.sum.max_ratio, &hs.max_ratio, sizeof(float)) == 0);
-    contended += hs.denied > 0;
+    REQUIRE(dev.sum.skip_step == hs.skip_step);
+    REQUIRE(dev.sum.systemic == hs.systemic);
+    REQUIRE(std::memcmp(&dev.sum.systemic_scale, &hs.systemic_scale, sizeof(float)) == 0);
+    REQUIRE(std::memcmp(&dev.sum.total_norm, &hs.total_norm, sizeof(float)) == 0);
+    REQUIRE(std::memcmp(&dev.sum.total_mean, &hs.total_mean, sizeof(float)) == 0);
+    contended += hs.denied > 0 || hs.systemic != 0u;
     granted_total += hs.granted;
+    systemic += hs.systemic != 0u;
     for (std::size_t i = 0; i < n; ++i) {
       REQUIRE(dev.dec[i].flags == host.decisions()[i].flags);
       REQUIRE(std::memcmp(&dev.dec[i].scale, &host.decisions()[i].scale, sizeof(float)) == 0);
       REQUIRE(dev.rep[i].lock_left == host.reports()[i].lock_left);
     }
   }
-  // The trace must actually exercise contention, or the test proves little.
+  // The trace must actually exercise contention (and, with the rule on,
+  // systemic and ordinary steps), or the test proves little.
   CHECK(contended >= 3u);
   CHECK(granted_total > 0u);
+  if (host.policies().opt.systemic.action != gnmr::SystemicAction::kOff) {
+    CHECK(systemic >= 2u);
+    CHECK(systemic + 2u <= static_cast<std::size_t>(steps));
+  }
 }
 
 }  // namespace
@@ -224,5 +276,42 @@ TEST_CASE("replayed device step matches GnmrController under contention", "[cuda
     b.max_o = 2;
     gnmr::GnmrController<> host(100000, {}, {}, {}, {}, b);
     compare_with_host(host, 100000, 25, 13);
+  }
+}
+
+TEST_CASE("replayed device step matches GnmrController with the systemic rule on", "[cuda-logic][systemic]") {
+  // The configurations of tests/cuda/test_controller.cu, on the same traces
+  // (seeds): each action, the three-level tree of squares (N = 1M: 3907
+  // block sums), the denied clip.
+  gnmr::MaxO b;
+  b.max_o = 3;
+  b.lock = 4;
+  gnmr::ControllerOptions o;
+  SECTION("clip-triggered, C = min(500, 15)") {
+    o.systemic = gnmr::SystemicRule{gnmr::SystemicAction::kClipTriggered, 0.5, 5.0};
+    gnmr::GnmrController<> host(1000, {}, {}, {}, {}, b, o);
+    compare_with_host(host, 1000, 60, 105);
+  }
+  SECTION("global-clip, 1M units") {
+    b.max_o = 2;
+    b.lock = 3;
+    o.systemic = gnmr::SystemicRule{gnmr::SystemicAction::kGlobalClip, 0.1};
+    gnmr::GnmrController<> host(1000000, {}, {}, {}, {}, b, o);
+    compare_with_host(host, 1000000, 30, 106);
+  }
+  SECTION("skip, maxO 40") {
+    b.max_o = 40;
+    b.lock = 3;
+    b.cooldown = 2;
+    o.systemic = gnmr::SystemicRule{gnmr::SystemicAction::kSkip, 0.1};
+    gnmr::GnmrController<> host(5000, {}, {}, {}, {}, b, o);
+    compare_with_host(host, 5000, 40, 107);
+  }
+  SECTION("global-clip over a few blocks, and the denied clip") {
+    o.systemic = gnmr::SystemicRule{gnmr::SystemicAction::kGlobalClip, 0.1};
+    o.denied.action = gnmr::DeniedAction::kClip;
+    o.denied.kappa = 1.5f;
+    gnmr::GnmrController<> host(3001, {}, {}, {}, {}, b, o);
+    compare_with_host(host, 3001, 60, 109);
   }
 }

@@ -76,11 +76,13 @@ int triggered_total(gnmr::DynController& d, std::uint64_t seed, int steps = 400)
 TEST_CASE("make() builds every preset with the published defaults", "[dyn]") {
   const auto names = presets::names();
   REQUIRE(names == std::vector<std::string>{"none", "clip", "zclip", "adagc", "spam", "skip-step",
-                                            "stabilizer", "gnmr", "gnmr-ladder"});
+                                            "stabilizer", "gnmr", "gnmr-ladder", "gnmr-promote",
+                                            "gnmr-clip", "gnmr-systemic"});
   CHECK(presets::is_global("clip"));
   CHECK(presets::is_global("zclip"));
   CHECK(presets::is_global("skip-step"));
-  for (const char* n : {"none", "adagc", "spam", "stabilizer", "gnmr", "gnmr-ladder"})
+  for (const char* n : {"none", "adagc", "spam", "stabilizer", "gnmr", "gnmr-ladder", "gnmr-promote",
+                        "gnmr-clip", "gnmr-systemic"})
     CHECK_FALSE(presets::is_global(n));
 
   for (const auto& name : names) {
@@ -126,6 +128,9 @@ TEST_CASE("make() with no overrides equals the typed factories", "[dyn]") {
   check("stabilizer", presets::stabilizer(5));
   check("gnmr", presets::gnmr_default(5));
   check("gnmr-ladder", presets::gnmr_ladder(5));
+  check("gnmr-promote", presets::gnmr_promote(5));
+  check("gnmr-clip", presets::gnmr_clip(5));
+  check("gnmr-systemic", presets::gnmr_systemic(5));
 }
 
 TEST_CASE("every override reaches its policy", "[dyn]") {

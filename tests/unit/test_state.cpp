@@ -111,21 +111,33 @@ TEST_CASE("state blob: layout of the header", "[state]") {
   Trace tr(1, 3);
   for (int s = 0; s < 7; ++s) c.step(tr.next());
   const std::vector<std::uint8_t> b = gnmr::save_state(c);
+  const std::string id = "l2/ema/gnmr<8>(window=4)/clip_to_mean/maxo";
   const std::size_t payload = 3 * sizeof(Default::UnitState);
-  REQUIRE(b.size() == 56 + payload + 8);
+  const std::size_t g_at = 64 + id.size(), u_at = g_at + sizeof(gnmr::GlobalState);
+  REQUIRE(b.size() == u_at + payload + 8);
   CHECK(std::string(b.begin(), b.begin() + 8) == "GNMRSTAT");
-  CHECK(rd(b, 8, 4) == 1);
-  CHECK(rd(b, 12, 4) == 56);
+  CHECK(rd(b, 8, 4) == 2);
+  CHECK(rd(b, 12, 4) == 64);
   CHECK(rd(b, 16, 8) == 3);
-  CHECK(rd(b, 24, 8) == gnmr::policy_fingerprint<Default::Policies>());
+  CHECK(rd(b, 24, 8) == gnmr::policy_fingerprint(c.policies()));
   CHECK(rd(b, 32, 8) == sizeof(Default::UnitState));
   CHECK(rd(b, 40, 8) == 7);
   CHECK(rd(b, 48, 8) == payload);
-  CHECK(std::vector<std::uint8_t>(b.begin() + 56, b.begin() + 56 + payload) == bytes_of(c.unit_states()));
-  CHECK(rd(b, 56 + payload, 8) == fnv(b.data(), 56 + payload));
+  CHECK(rd(b, 56, 4) == id.size());
+  CHECK(rd(b, 60, 4) == sizeof(gnmr::GlobalState));
+  CHECK(std::string(b.begin() + 64, b.begin() + 64 + static_cast<std::ptrdiff_t>(id.size())) == id);
+  CHECK(std::vector<std::uint8_t>(b.begin() + static_cast<std::ptrdiff_t>(g_at), b.begin() + static_cast<std::ptrdiff_t>(u_at)) ==
+        bytes_of(std::vector<gnmr::GlobalState>{c.global_state()}));
+  CHECK(std::vector<std::uint8_t>(b.begin() + static_cast<std::ptrdiff_t>(u_at),
+                                  b.begin() + static_cast<std::ptrdiff_t>(u_at + payload)) == bytes_of(c.unit_states()));
+  CHECK(rd(b, u_at + payload, 8) == fnv(b.data(), u_at + payload));
   const gnmr::StateInfo info = gnmr::read_state_info(b.data(), b.size());
+  CHECK(info.version == 2u);
   CHECK(info.num_units == 3);
   CHECK(info.steps_done == 7);
+  CHECK(info.identity == id);
+  CHECK(info.payload_offset == u_at);
+  CHECK(gnmr::policy_identity(c.policies()) == id);
   CHECK(gnmr::policy_names<Default::Policies>() == "l2/ema/gnmr/clip_to_mean/maxo");
 }
 
@@ -154,11 +166,11 @@ TEST_CASE("state blob: other policy sets round-trip; fingerprints tell them apar
   using Rms = gnmr::GnmrController<gnmr::RmsNorm>;
   using Win = gnmr::GnmrController<gnmr::L2Norm, gnmr::WindowMean<8>>;
   using Win16 = gnmr::GnmrController<gnmr::L2Norm, gnmr::WindowMean<16>>;
-  const std::uint64_t f[5] = {gnmr::policy_fingerprint<Default::Policies>(),
-                              gnmr::policy_fingerprint<Cum::Policies>(),
-                              gnmr::policy_fingerprint<Rms::Policies>(),
-                              gnmr::policy_fingerprint<Win::Policies>(),
-                              gnmr::policy_fingerprint<Win16::Policies>()};
+  const std::uint64_t f[5] = {gnmr::policy_fingerprint(Default(1).policies()),
+                              gnmr::policy_fingerprint(Cum(1).policies()),
+                              gnmr::policy_fingerprint(Rms(1).policies()),
+                              gnmr::policy_fingerprint(Win(1).policies()),
+                              gnmr::policy_fingerprint(Win16(1).policies())};
   for (int i = 0; i < 5; ++i)
     for (int j = i + 1; j < 5; ++j) CHECK(f[i] != f[j]);
 
@@ -217,6 +229,7 @@ TEST_CASE("state blob: every malformed or mismatched blob is rejected", "[state]
   for (int s = 0; s < 33; ++s) src.step(tr2.next());
   const std::vector<std::uint8_t> good = gnmr::save_state(src);
   const std::size_t payload = n * sizeof(Default::UnitState);
+  const std::size_t u_at = gnmr::read_state_info(good.data(), good.size()).payload_offset;
 
   SECTION("null and too small") {
     expect_rejected(target, good, "null blob", nullptr, true);
@@ -231,13 +244,13 @@ TEST_CASE("state blob: every malformed or mismatched blob is rejected", "[state]
   }
   SECTION("unsupported version") {
     std::vector<std::uint8_t> b = good;
-    wr(b, 8, 2, 4);
+    wr(b, 8, 3, 4);
     reseal(b);
-    expect_rejected(target, b, "unsupported format version 2");
+    expect_rejected(target, b, "unsupported format version 3");
   }
   SECTION("header size mismatch") {
     std::vector<std::uint8_t> b = good;
-    wr(b, 12, 64, 4);
+    wr(b, 12, 72, 4);
     reseal(b);
     expect_rejected(target, b, "header size mismatch");
   }
@@ -247,17 +260,19 @@ TEST_CASE("state blob: every malformed or mismatched blob is rejected", "[state]
   }
   SECTION("fingerprint mismatch: other mean tracker, other norm") {
     gnmr::GnmrController<gnmr::L2Norm, gnmr::CumulativeMean> cum(n);
-    expect_rejected(target, gnmr::save_state(cum), "policy fingerprint mismatch");
-    expect_rejected(target, gnmr::save_state(cum), "l2/ema/gnmr/clip_to_mean/maxo");
+    expect_rejected(target, gnmr::save_state(cum), "policy mismatch");
+    expect_rejected(target, gnmr::save_state(cum),
+                    "saved by l2/cumulative/gnmr<8>(window=4)/clip_to_mean/maxo; this controller is "
+                    "l2/ema/gnmr<8>(window=4)/clip_to_mean/maxo");
     gnmr::GnmrController<gnmr::RmsNorm> rms(n);  // same state layout, other meaning
     REQUIRE(sizeof(decltype(rms)::UnitState) == sizeof(Default::UnitState));
-    expect_rejected(target, gnmr::save_state(rms), "policy fingerprint mismatch");
+    expect_rejected(target, gnmr::save_state(rms), "policy mismatch: the blob was saved by rms/");
   }
   SECTION("state size mismatch") {
     // A consistent, sealed blob whose units are 8 bytes larger.
     const std::uint64_t ss = sizeof(Default::UnitState) + 8;
-    std::vector<std::uint8_t> b(good.begin(), good.begin() + 56);
-    b.resize(56 + n * ss + 8, 0);
+    std::vector<std::uint8_t> b(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(u_at));
+    b.resize(u_at + n * ss + 8, 0);
     wr(b, 32, ss, 8);
     wr(b, 48, n * ss, 8);
     reseal(b);
@@ -284,7 +299,7 @@ TEST_CASE("state blob: every malformed or mismatched blob is rejected", "[state]
   }
   SECTION("checksum mismatch") {
     std::vector<std::uint8_t> b = good;
-    b[56 + payload / 2] ^= 0x10;
+    b[u_at + payload / 2] ^= 0x10;
     expect_rejected(target, b, "checksum mismatch");
     b = good;
     b.back() ^= 0x01;

@@ -7,9 +7,17 @@
 //   if (gnmr::cuda::reset_moments(d)) { m = 0; v = 0; }
 //   g *= gnmr::cuda::grad_scale(d);
 //
+// and what a quantization or cast kernel of the *next* forward needs:
+//
+//   const bool hp = gnmr::cuda::unit_promoted(decisions, unit);  // one 4-byte load
+//
 // Skipping must be a branch or a select, never a multiply by the scale: a
 // skipped unit's scale is 0 and its gradient may be NaN (0 * NaN = NaN).
 // apply_guarded() is that select for an already computed update.
+//
+// Determinism: the accessors only read. The decisions they read are
+// GnmrController's, bit for bit (tests/cuda/test_controller.cu), so a kernel
+// that branches on them takes the same branch on every rank and every run.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -44,6 +52,20 @@ __device__ __forceinline__ bool reset_moments(const UnitDecision& d) {
   return (d.flags & kResetMoments) != 0u;
 }
 __device__ __forceinline__ bool promote(const UnitDecision& d) { return (d.flags & kPromote) != 0u; }
+
+// Whether `unit` runs its operators on the higher-precision path in the
+// next forward and backward: the kPromote bit of its decision, read with
+// one 4-byte read-only load of the flags word (the scale is not fetched).
+// Precision promotion (docs/algorithm.md): the decisions written by step s
+// carry kPromote for the units in recovery at s under a promoting recovery
+// (PromotePrecision, e.g. the gnmr-promote preset), so a grant at step t
+// promotes the forward/backward of steps t+1 .. t+lock. Launch the kernel
+// after step s's controller step and before step s+1's on the same stream
+// (stream order is all it takes; the next step overwrites the array).
+// Same alignment and no-writer rule as decision().
+__device__ __forceinline__ bool unit_promoted(const UnitDecision* d, std::uint32_t unit) {
+  return (__ldg(&d[unit].flags) & kPromote) != 0u;
+}
 
 // The step's global skip suggestion (GlobalSkip, Ladder's top rung), read
 // from the controller's device summary: an optimizer that honours it

@@ -75,7 +75,10 @@ class AdamWPlan {
     return download(v_.state, units_, "AdamWPlan::copy_unit_states");
   }
   void restore_unit_states(const std::vector<UnitState>& s) {
-    if (s.size() != units_) throw std::invalid_argument("gnmr: AdamWPlan::restore_unit_states: size mismatch");
+    if (s.size() != units_)
+      throw std::invalid_argument("gnmr: AdamWPlan::restore_unit_states: expected " +
+                                  std::to_string(units_) + " unit states (one per unit), got " +
+                                  std::to_string(s.size()));
     device_barrier("AdamWPlan::restore_unit_states");  // no step in flight still reads the state
     upload(v_.state, s.data(), units_, "AdamWPlan::restore_unit_states");
     device_barrier("AdamWPlan::restore_unit_states");

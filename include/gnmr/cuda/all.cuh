@@ -1,8 +1,9 @@
 // gnmr/cuda/all.cuh — the whole CUDA backend in one include: per-unit norms
 // (norms.cuh), the device controller (controller.cuh) and the presets by
 // name on the device (presets.cuh), the guarded fused AdamW (adamw.cuh), the
-// accessors for a user's own optimizer kernel (accessors.cuh) and the
-// sync-free telemetry drain (telemetry.cuh). Include from .cu files compiled
+// accessors for a user's own optimizer kernel (accessors.cuh), the
+// sync-free telemetry drain (telemetry.cuh) and the step summary read on the
+// host without a sync (summary_ring.cuh). Include from .cu files compiled
 // by nvcc. (The NCCL reducer, nccl_reducer.cuh, needs nccl.h: include it
 // on its own.)
 #pragma once
@@ -13,4 +14,5 @@
 #include "gnmr/cuda/controller.cuh"
 #include "gnmr/cuda/norms.cuh"
 #include "gnmr/cuda/presets.cuh"
+#include "gnmr/cuda/summary_ring.cuh"
 #include "gnmr/cuda/telemetry.cuh"

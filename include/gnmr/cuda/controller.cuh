@@ -20,6 +20,11 @@
 // The optimizer reads each unit's decision (accessors.cuh) and, when the
 // recovery policy can suggest a global skip (GlobalSkip, Ladder), the
 // summary's skip_step too (step_skipped(); adamw_step's d_summary).
+// With the systemic rule on (ControllerOptions::systemic) the step-wide
+// decision is made in phase 1's last block, and its global state (the
+// tracker of the total norm) lives in device memory with the units
+// (global_state(), copy_global_state(); gnmr::save_state / load_state below
+// and in gnmr/state.hpp). Still two launches, no sync, no allocation.
 // Two instances (or two steps of one instance) must not run concurrently on
 // different streams: they share the instance's scratch.
 #pragma once
@@ -35,8 +40,10 @@
 #include "gnmr/controller.hpp"
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/cuda/controller_kernels.cuh"
+#include "gnmr/cuda/policy_check.cuh"
 #include "gnmr/detail/select.hpp"
 #include "gnmr/detail/step.hpp"
+#include "gnmr/state.hpp"
 #include "gnmr/types.hpp"
 
 namespace gnmr {
@@ -68,9 +75,11 @@ class DeviceController {
       : host_check_(validate(num_units, norm, mean, trigger, recovery, budget, opt)),
         p_{norm, mean, trigger, recovery, budget, opt},
         n_(num_units) {
+    detail::require_device_policies<Policies>();  // members GNMR_HOST_DEVICE, trivially copyable
     const std::size_t need = carve(nullptr, n_, budget).bytes;
     void* base = acquire_workspace(own_, d_workspace, ws_bytes, need, "DeviceController");
     b_ = carve(base, n_, budget);
+    threshold_ = gnmr::detail::systemic_threshold(opt.systemic, n_, budget.slots());
     check(cudaMemset(b_.counters, 0, 2 * sizeof(unsigned int)), "DeviceController: init");
     check(cudaMemset(b_.dec, 0, n_ * sizeof(UnitDecision)), "DeviceController: init");
     check(cudaMemset(b_.rep, 0, n_ * sizeof(UnitReport)), "DeviceController: init");
@@ -134,6 +143,9 @@ class DeviceController {
   const StepSummary* summary() const { return b_.summary; }
   const std::int64_t* steps_done_device() const { return b_.step; }
   const UnitState* unit_states() const { return b_.state; }
+  const GlobalState* global_state() const { return b_.global; }  // the systemic tracker
+  // The systemic threshold C (systemic iff more than C units trigger).
+  std::uint32_t systemic_threshold() const { return threshold_; }
 
   // Telemetry without a sync: enqueue a copy of the summary into host
   // memory (pinned, for it to be truly asynchronous); read it after a later
@@ -147,18 +159,20 @@ class DeviceController {
   std::vector<UnitDecision> copy_decisions() const { return download(b_.dec, n_, kCopy); }
   std::vector<UnitReport> copy_reports() const { return download(b_.rep, n_, kCopy); }
   std::vector<UnitState> copy_unit_states() const { return download(b_.state, n_, kCopy); }
+  GlobalState copy_global_state() const { return download(b_.global, 1, kCopy)[0]; }
   StepSummary copy_summary() const { return download(b_.summary, 1, kCopy)[0]; }
   std::int64_t steps_done() const { return download(b_.step, 1, kCopy)[0]; }
 
   // Back to the state at construction (unit sizes are kept). Synchronous.
-  void reset() { restore(std::vector<UnitState>(n_, Policies::init_unit()), 0); }
+  void reset() { restore(std::vector<UnitState>(n_, Policies::init_unit()), 0, init_global()); }
 
   // Replace the whole state (e.g. from a checkpoint or a host controller's
-  // unit_states()). Synchronous.
-  void restore(const std::vector<UnitState>& st, std::int64_t step) {
+  // unit_states() and global_state()). Synchronous.
+  void restore(const std::vector<UnitState>& st, std::int64_t step, const GlobalState& global = init_global()) {
     if (st.size() != n_) throw std::invalid_argument("gnmr: DeviceController::restore: unit count mismatch");
     device_barrier("DeviceController::restore");  // no step in flight may still use the state
     upload(b_.state, st.data(), n_, "DeviceController::restore");
+    upload(b_.global, &global, 1, "DeviceController::restore");
     upload(b_.step, &step, 1, "DeviceController::restore");
     const StepSummary zero{};
     upload(b_.summary, &zero, 1, "DeviceController::restore");
@@ -177,7 +191,10 @@ class DeviceController {
     std::uint64_t* key = nullptr;
     std::uint32_t* block_counts = nullptr;
     std::uint64_t* block_top = nullptr;
+    double* block_sq = nullptr;
     gnmr::detail::SelectRule* rule = nullptr;
+    SystemicStep* sys = nullptr;
+    GlobalState* global = nullptr;
     gnmr::detail::SummaryAcc* block_acc = nullptr;
     unsigned int* counters = nullptr;
     std::size_t bytes = 0;
@@ -199,9 +216,14 @@ class DeviceController {
     b.numel = norm_needs_numel<Norm>() ? c.take<double>(n) : nullptr;
     b.norm = c.take<float>(n);
     b.key = c.take<std::uint64_t>(n);
-    b.block_counts = c.take<std::uint32_t>(2 * nb);
+    b.block_counts = c.take<std::uint32_t>(3 * nb);
     b.block_top = k ? c.take<std::uint64_t>(nb * k) : nullptr;
+    // 8 bytes per 256 units, so always carved: workspace_bytes() does not
+    // depend on the options.
+    b.block_sq = c.take<double>(nb);
     b.rule = c.take<gnmr::detail::SelectRule>(1);
+    b.sys = c.take<SystemicStep>(1);
+    b.global = c.take<GlobalState>(1);
     b.block_acc = c.take<gnmr::detail::SummaryAcc>(nb);
     b.counters = c.take<unsigned int>(2);
     b.bytes = c.bytes();
@@ -224,25 +246,34 @@ class DeviceController {
 
   template <bool kFinish>
   cudaError_t launch(const float* in, cudaStream_t stream) {
-    detail::CtrlArgs<Policies> a{p_,
-                                 b_.state,
-                                 b_.dec,
-                                 b_.rep,
-                                 b_.summary,
-                                 b_.step,
-                                 b_.numel,
-                                 b_.norm,
-                                 b_.key,
-                                 b_.block_counts,
-                                 b_.block_top,
-                                 b_.rule,
-                                 b_.block_acc,
-                                 b_.counters,
-                                 static_cast<std::uint32_t>(n_),
-                                 p_.budget.slots(),
-                                 gnmr::detail::topk_per_block(p_.budget.slots())};
+    detail::CtrlArgs<Policies> a{};
+    a.p = p_;
+    a.state = b_.state;
+    a.dec = b_.dec;
+    a.rep = b_.rep;
+    a.summary = b_.summary;
+    a.step = b_.step;
+    a.numel = b_.numel;
+    a.norm = b_.norm;
+    a.key = b_.key;
+    a.block_counts = b_.block_counts;
+    a.block_top = b_.block_top;
+    a.block_sq = b_.block_sq;
+    a.rule = b_.rule;
+    a.sys = b_.sys;
+    a.global = b_.global;
+    a.block_acc = b_.block_acc;
+    a.counters = b_.counters;
+    a.n = static_cast<std::uint32_t>(n_);
+    a.slots = p_.budget.slots();
+    a.topk = gnmr::detail::topk_per_block(p_.budget.slots());
+    a.systemic_threshold = threshold_;
     const unsigned int nb = static_cast<unsigned int>(blocks_for(n_));
-    detail::ctrl_phase1<Policies, kFinish><<<nb, gnmr::detail::kSelectThreads, 0, stream>>>(a, in);
+    // global-clip's per-block tree of squares: dynamic shared memory, so the
+    // other actions (and no rule) keep phase 1's footprint as it was.
+    const std::size_t sq_smem =
+        p_.opt.systemic.action == SystemicAction::kGlobalClip ? gnmr::detail::kSelectThreads * sizeof(double) : 0u;
+    detail::ctrl_phase1<Policies, kFinish><<<nb, gnmr::detail::kSelectThreads, sq_smem, stream>>>(a, in);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     // Phase 3 as a programmatic dependent of phase 1 (sm_90+): its launch and
@@ -269,7 +300,23 @@ class DeviceController {
   Bufs b_;
   bool numel_set_ = false;
   bool pdl_ = false;
+  std::uint32_t threshold_ = 0;
 };
 
 }  // namespace cuda
+
+// The state blob (gnmr/state.hpp) of the typed device controller: the same
+// bytes as the host controller's for the same state (the blob is built from
+// one blocking copy of the unit and global states), so a checkpoint moves
+// between the backends. Checkpoint time only: it synchronises the device.
+template <class N, class M, class T, class R, class B>
+std::vector<std::uint8_t> save_state(const cuda::DeviceController<N, M, T, R, B>& c) {
+  const auto st = c.copy_unit_states();
+  return detail::write_state_blob(c.policies(), st.data(), st.size(), c.steps_done(), c.copy_global_state());
+}
+
+// gnmr::load_state(DeviceController&, ...) is the generic one of state.hpp:
+// it validates on the host, then restore() uploads (synchronously); on any
+// error it throws gnmr::StateError and the device state is unchanged.
+
 }  // namespace gnmr

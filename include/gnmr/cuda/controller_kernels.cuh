@@ -4,11 +4,18 @@
 //   phase1: one thread per unit runs detail::evaluate_unit, stores the norm
 //           and the unit's rank key (0 unless it is a candidate), and counts
 //           held slots and candidates per block (__syncthreads_count); with
-//           few slots each block also keeps its top-`slots` keys. The last
-//           block to finish (integer counter) turns the counts into a
-//           SelectRule by the radix select of gnmr/detail/select.hpp.
-//   phase3: one thread per unit re-evaluates (pure), applies the rule,
-//           runs detail::commit_unit, writes state/decision/report and folds
+//           few slots each block also keeps its top-`slots` keys. With the
+//           systemic rule on it also counts triggered units, and under
+//           global-clip sums its 256 squared norms by the halving tree of
+//           detail::total_sq_tree (double, in dynamic shared memory that
+//           is only requested then). The last block to finish (integer
+//           counter) turns the counts into a SelectRule by the radix select
+//           of gnmr/detail/select.hpp, sums the block sums by the same tree,
+//           and runs decide_systemic (the tracker of the total lives in
+//           device memory): a SystemicStep next to the rule.
+//   phase3: one thread per unit re-evaluates (pure), applies the rule and
+//           the SystemicStep, runs detail::commit_unit, writes
+//           state/decision/report and folds
 //           a SummaryAcc per block; the last block merges the block
 //           accumulators in a fixed tree, writes the StepSummary and advances
 //           the device step counter.
@@ -27,6 +34,7 @@
 #include <cstdint>
 
 #include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/total_tree.cuh"
 #include "gnmr/detail/select.hpp"
 #include "gnmr/detail/step.hpp"
 #include "gnmr/types.hpp"
@@ -48,14 +56,18 @@ struct CtrlArgs {
   const double* numel;  // per unit, only for norms that need it
   float* norm;          // this step's norms
   std::uint64_t* key;   // rank keys, 0 = not a candidate
-  std::uint32_t* block_counts;  // {held, candidates} per block
+  std::uint32_t* block_counts;  // {held, candidates, triggered} per block
   std::uint64_t* block_top;     // topk keys per block (topk > 0)
+  double* block_sq;             // global-clip: each block's sum of squared norms
   gnmr::detail::SelectRule* rule;
+  SystemicStep* sys;            // the step's systemic outcome (phase 1 -> phase 3)
+  GlobalState* global;          // the tracker of the total norm
   gnmr::detail::SummaryAcc* block_acc;
   unsigned int* counters;  // [0] phase 1, [1] phase 3
   std::uint32_t n;
   std::uint32_t slots;
   std::uint32_t topk;
+  std::uint32_t systemic_threshold;  // C: systemic iff more than C units trigger
 };
 
 struct MaxU64 {
@@ -199,8 +211,9 @@ template <class PS, bool kFinish>
 __global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, const float* __restrict__ in) {
   __shared__ unsigned long long s_max[2][32];
   __shared__ unsigned int s_red[32];
-  __shared__ std::uint32_t s_tot[2];
+  __shared__ std::uint32_t s_tot[3];
   __shared__ int s_last;
+  extern __shared__ double s_sq[];  // kSelectThreads doubles, global-clip only
   using State = typename PS::UnitState;
   constexpr bool kStage = kStageState<State>;
   __shared__ uint4 s_stage[kStage ? (sizeof(State) * kSelectThreads + 15u) / 16u : 1u];
@@ -212,44 +225,67 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, co
     stage_in(s_stage, a.state + base, a.n - base < kSelectThreads ? a.n - base : kSelectThreads);
     __syncthreads();
   }
+  // The systemic rule's share of the work below is behind branches on this
+  // kernel parameter: uniform, and nothing at all when the rule is off.
+  const SystemicAction action = a.p.opt.systemic.action;
   std::uint64_t key = 0u;
-  int held = 0, cand = 0;
+  int held = 0, cand = 0, trig = 0;
+  double sq = 0.0;
   if (i < a.n) {
     const float x = in[i];
     const float norm = kFinish ? a.p.norm.finish(x, a.numel ? a.numel[i] : 1.0) : x;
     const State& st = kStage ? reinterpret_cast<const State*>(s_stage)[threadIdx.x] : a.state[i];
-    const UnitView v = gnmr::detail::evaluate_unit(a.p, st, norm, t);
+    const UnitView v = gnmr::detail::evaluate_unit(a.p, st, norm, t, i);
     held = (v.flags & kInRecovery) ? 1 : 0;
     cand = gnmr::detail::is_candidate(v.flags) ? 1 : 0;
+    trig = (v.flags & kTriggered) ? 1 : 0;
+    if (action == SystemicAction::kGlobalClip) sq = gnmr::detail::total_square(norm);
     key = cand ? gnmr::detail::rank_key(v.risk, i) : 0u;
     a.norm[i] = norm;
     a.key[i] = key;
   }
   const std::uint32_t nheld = static_cast<std::uint32_t>(__syncthreads_count(held));
   const std::uint32_t ncand = static_cast<std::uint32_t>(__syncthreads_count(cand));
+  const std::uint32_t ntrig =
+      action != SystemicAction::kOff ? static_cast<std::uint32_t>(__syncthreads_count(trig)) : 0u;
+  if (action == SystemicAction::kGlobalClip) {
+    s_sq[threadIdx.x] = sq;
+    __syncthreads();
+    block_tree_256(s_sq);
+    if (threadIdx.x == 0) a.block_sq[blockIdx.x] = s_sq[0];
+  }
   if (a.topk) {
     block_topk(key, a.topk, ncand < a.topk ? ncand : a.topk, a.block_top + static_cast<std::size_t>(blockIdx.x) * a.topk,
                s_max);
   }
   if (threadIdx.x == 0) {
-    a.block_counts[2 * blockIdx.x] = nheld;
-    a.block_counts[2 * blockIdx.x + 1] = ncand;
+    a.block_counts[3 * blockIdx.x] = nheld;
+    a.block_counts[3 * blockIdx.x + 1] = ncand;
+    a.block_counts[3 * blockIdx.x + 2] = ntrig;
   }
   if (!last_block_done(a.counters + 0, gridDim.x, &s_last)) return;
 
-  // The last block: totals, then the rule.
-  std::uint32_t h = 0, c = 0;
+  // The last block: totals, the systemic outcome, then the rule.
+  std::uint32_t h = 0, c = 0, tr = 0;
   for (std::uint32_t b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
-    h += __ldcg(a.block_counts + 2 * b);
-    c += __ldcg(a.block_counts + 2 * b + 1);
+    h += __ldcg(a.block_counts + 3 * b);
+    c += __ldcg(a.block_counts + 3 * b + 1);
+    tr += __ldcg(a.block_counts + 3 * b + 2);
   }
   h = block_tree(h, 0u, AddU32{}, s_red);
   if (threadIdx.x == 0) s_tot[0] = h;
   c = block_tree(c, 0u, AddU32{}, s_red);
   if (threadIdx.x == 0) s_tot[1] = c;
+  tr = block_tree(tr, 0u, AddU32{}, s_red);
+  if (threadIdx.x == 0) s_tot[2] = tr;
   __syncthreads();
   h = s_tot[0];
   c = s_tot[1];
+  double total_sq = 0.0;
+  if (action == SystemicAction::kGlobalClip) total_sq = block_sums_tree(a.block_sq, gridDim.x, s_sq);
+  if (threadIdx.x == 0)
+    *a.sys = gnmr::detail::decide_systemic(a.p.opt.systemic, a.systemic_threshold, s_tot[2],
+                                           static_cast<float>(total_sq), *a.global);
   const std::uint32_t g = gnmr::detail::grants_wanted(a.slots, h, c);
   gnmr::detail::SelectRule rule;
   if (g == 0u) {
@@ -289,13 +325,14 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase3(CtrlArgs<PS> a) {
   State s;
   UnitDecision d;
   UnitReport r;
+  const SystemicStep sys = *a.sys;
   if (active) {
     const gnmr::detail::SelectRule rule = *a.rule;
     s = kStage ? s_state[threadIdx.x] : a.state[i];
-    const UnitView v0 = gnmr::detail::evaluate_unit(a.p, s, a.norm[i], t);
+    const UnitView v0 = gnmr::detail::evaluate_unit(a.p, s, a.norm[i], t, i);
     const bool granted = gnmr::detail::rule_grants(rule, a.key[i]);
     std::uint32_t gskip = 0;
-    const UnitView v = gnmr::detail::commit_unit(a.p, s, v0, granted, d, &r, gskip);
+    const UnitView v = gnmr::detail::commit_unit(a.p, s, v0, granted, sys, d, &r, gskip);
     if constexpr (!kStage) a.state[i] = s;
     acc.add(v, i, gskip);
   }
@@ -333,7 +370,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase3(CtrlArgs<PS> a) {
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    *a.summary = s_acc[0].finish(t);
+    *a.summary = s_acc[0].finish(t, sys);
     *a.step = t;
   }
 }

@@ -69,8 +69,11 @@ class DynDeviceController {
   // The host state blob; load() throws gnmr::StateError on a bad blob and
   // then changes nothing. Both synchronise.
   virtual std::vector<std::uint8_t> save() const = 0;
-  virtual void load(const void* data, std::size_t size) = 0;
-  void load(const std::vector<std::uint8_t>& blob) { load(blob.data(), blob.size()); }
+  virtual void load(const void* data, std::size_t size, const StateLoadOptions& opt) = 0;
+  void load(const void* data, std::size_t size) { load(data, size, StateLoadOptions{}); }
+  void load(const std::vector<std::uint8_t>& blob, const StateLoadOptions& opt = {}) {
+    load(blob.data(), blob.size(), opt);
+  }
 };
 
 template <class N, class M, class T, class R, class B>
@@ -84,7 +87,7 @@ class DeviceDynAdapter final : public DynDeviceController {
   // for RmsNorm). Setup time: allocates and uploads.
   DeviceDynAdapter(const Host& host, std::string name)
       : dev_(host.num_units(), host.policies()), name_(std::move(name)) {
-    if (host.steps_done() != 0) dev_.restore(host.unit_states(), host.steps_done());
+    if (host.steps_done() != 0) dev_.restore(host.unit_states(), host.steps_done(), host.global_state());
   }
 
   using DynDeviceController::load;
@@ -106,26 +109,16 @@ class DeviceDynAdapter final : public DynDeviceController {
   void set_unit_numel(const std::uint64_t* numel, std::size_t n) override { dev_.set_unit_numel(numel, n); }
   void reset() override { dev_.reset(); }
 
-  // Through a host controller with the same policies, made for the call
-  // (checkpoint time; no host copy of the state is kept between calls): it
-  // already writes and validates the blob format.
-  std::vector<std::uint8_t> save() const override {
-    Host h = host_twin();
-    h.restore(dev_.copy_unit_states(), dev_.steps_done());
-    return save_state(h);
-  }
-  void load(const void* data, std::size_t size) override {
-    Host h = host_twin();
-    load_state(h, data, size);  // throws before anything changes
-    dev_.restore(h.unit_states(), h.steps_done());
+  // The typed overloads of gnmr/cuda/controller.cuh: one blocking copy.
+  std::vector<std::uint8_t> save() const override { return save_state(dev_); }
+  void load(const void* data, std::size_t size, const StateLoadOptions& opt) override {
+    load_state(dev_, data, size, opt);
   }
 
   Device& controller() { return dev_; }
   const Device& controller() const { return dev_; }
 
  private:
-  Host host_twin() const { return Host(dev_.num_units(), dev_.policies()); }
-
   Device dev_;
   std::string name_;
 };

@@ -191,6 +191,8 @@ GNMR_HOST_DEVICE float chunk_thread_partial(const void* data, std::uint32_t n, s
   std::uint32_t h = ((16u - mis) & 15u) / static_cast<std::uint32_t>(sizeof(Bits));
   if (h > n) h = n;
   float acc[V];
+  // The unroll pragmas stay in column 0, which clang-format cannot keep.
+  // clang-format off
 GNMR_UNROLL
   for (std::uint32_t j = 0; j < V; ++j) acc[j] = Norm::identity();
   if (tid < h) acc[0] = Norm::combine(acc[0], Norm::element(E::decode(p[tid])));
@@ -218,6 +220,7 @@ GNMR_UNROLL
   for (std::uint32_t w = V / 2; w >= 1; w /= 2)
 GNMR_UNROLL
     for (std::uint32_t j = 0; j < w; ++j) acc[j] = Norm::combine(acc[j], acc[j + w]);
+  // clang-format on
   return acc[0];
 }
 

@@ -1,9 +1,12 @@
 // gnmr/detail/step.hpp — one controller step, as per-unit functors.
 //
-// The step has three per-unit phases and one global one:
+// The step has three per-unit phases and two global ones:
 //   evaluate_unit  (pure) norm -> mean, ratio, trigger verdict, lock status
 //   [select]       free slots -> the highest-risk candidates (backend-owned)
-//   commit_unit    grant, recovery action, feed the tracker, trigger history
+//   [systemic]     triggered count (+ total norm) -> SystemicStep
+//                  (decide_systemic, gnmr/systemic.hpp; backend-owned sums)
+//   commit_unit    grant, recovery action, denied / systemic action, feed
+//                  the tracker, trigger history
 //   SummaryAcc     counts and the max ratio, mergeable in any tree shape
 // The host backend runs them in loops, the CUDA backend in kernels: the
 // CPU tests therefore exercise exactly the code the GPU runs. evaluate_unit
@@ -11,10 +14,15 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <type_traits>
 #include <utility>
 
 #include "gnmr/config.hpp"
+#include "gnmr/detail/check.hpp"
+#include "gnmr/policy/interface.hpp"
+#include "gnmr/policy/recovery.hpp"
+#include "gnmr/systemic.hpp"
 #include "gnmr/types.hpp"
 
 namespace gnmr {
@@ -30,6 +38,19 @@ struct ControllerOptions {
   // min(n, tau * 0) = 0 keeps it there) and trigger on every later step.
   // true restores SPEC §1.2's literal rule (0 is fed like any norm).
   bool zero_is_sample = false;
+  // Many units trigger at once: a global action instead of the denials.
+  // Off by default (action kOff): the controller then makes today's
+  // decisions bit for bit.
+  SystemicRule systemic{};
+  // A triggered unit that gets no slot: a clip without a slot. Off by default.
+  DeniedRule denied{};
+
+  std::string check() const {
+    return detail::first_error({(eps > 0.0f && is_finite(eps))
+                                    ? std::string()
+                                    : detail::bad("ControllerOptions", "eps", "finite and > 0", eps),
+                                systemic.check(), denied.check()});
+  }
 };
 
 namespace detail {
@@ -61,6 +82,7 @@ GNMR_HOST_DEVICE float stddev_of(const Mean& m, const typename Mean::State& s) {
 // struct of the CUDA backend and the host controller's configuration.
 template <class Norm, class Mean, class Trigger, class Recovery, class Budget>
 struct PolicySet {
+  static_assert(CheckPolicies<Norm, Mean, Trigger, Recovery, Budget>::value, "docs/policies.md");
   static_assert(!needs_stddev<Trigger>::value || has_stddev<Mean>::value,
                 "gnmr: this TriggerPolicy (e.g. ZScoreTrigger) needs a MeanTracker with a "
                 "spread: use EmaMeanVar or WindowMean<Cap>, not EmaMean/CumulativeMean/NoMean");
@@ -98,13 +120,14 @@ GNMR_HOST_DEVICE bool is_candidate(std::uint32_t flags) {
   return (flags & kTriggered) && !(flags & (kInRecovery | kCooldown | kNonFinite));
 }
 
-// Phase 1 (pure): the unit's view at step t from its state and norm.
+// Phase 1 (pure): unit i's view at step t from its state and norm.
 template <class PS>
 GNMR_HOST_DEVICE UnitView evaluate_unit(const PS& p, const typename PS::UnitState& s, float norm,
-                                        std::int64_t t) {
+                                        std::int64_t t, std::uint32_t unit) {
   using Rules = typename PS::BudgetT::Rules;
   UnitView v{};
   v.norm = norm;
+  v.unit = unit;
   v.step = t;
   v.granted_at = s.budget.granted_at;
   v.count = PS::MeanT::count(s.mean);
@@ -130,12 +153,17 @@ GNMR_HOST_DEVICE UnitView evaluate_unit(const PS& p, const typename PS::UnitStat
   return v;
 }
 
-// Phase 3: apply the selection's verdict and advance the unit's state.
-// Returns the final view (flags complete); writes the decision and report.
+// Phase 3: apply the selection's verdict and the step's systemic outcome,
+// and advance the unit's state. Returns the final view (flags complete);
+// writes the decision and report. Order (docs/algorithm.md, "Order of a
+// step"): grant; a triggered unit without a slot is replaced by the
+// systemic action on a systemic step, denied otherwise; then the recovery
+// action, the denied-unit clip, the systemic action (each only lowers the
+// scale: min), and the statistics.
 template <class PS>
 GNMR_HOST_DEVICE UnitView commit_unit(const PS& p, typename PS::UnitState& s, UnitView v,
-                                      bool granted, UnitDecision& dec, UnitReport* rep,
-                                      std::uint32_t& global_skip) {
+                                      bool granted, const SystemicStep& sys, UnitDecision& dec,
+                                      UnitReport* rep, std::uint32_t& global_skip) {
   using Rules = typename PS::BudgetT::Rules;
   if (granted) {
     s.budget.granted_at = v.step;
@@ -143,15 +171,41 @@ GNMR_HOST_DEVICE UnitView commit_unit(const PS& p, typename PS::UnitState& s, Un
     v.flags |= kGranted | kInRecovery;
     v.flags &= ~kCooldown;
   }
-  if ((v.flags & kTriggered) && !(v.flags & kInRecovery)) v.flags |= kDenied;
+  const bool unserved = (v.flags & kTriggered) && !(v.flags & kInRecovery);
+  if (unserved && sys.action == 0u) v.flags |= kDenied;
   dec.scale = 1.0f;
   dec.flags = v.flags;
   if (v.flags & kNonFinite) {
-    // The safety action: no update, and the sample stays out of every statistic.
+    // The safety action: no update, and the sample stays out of every
+    // statistic and out of the systemic action.
     dec.flags |= kSkip;
     dec.scale = 0.0f;
+    // A promotion holds for its whole lock: ask the action on a throw-away
+    // copy of its state (nothing else of the answer is kept), so kPromote
+    // does not flicker off on a non-finite step in the middle of the lock.
+    if (v.flags & kInRecovery) {
+      typename PS::RecoveryT::State scratch = s.recovery;
+      UnitDecision probe{1.0f, v.flags};
+      std::uint32_t ignored = 0;
+      p.recovery.apply(scratch, v, probe, ignored);
+      dec.flags |= probe.flags & kPromote;
+    }
   } else {
     p.recovery.apply(s.recovery, v, dec, global_skip);
+    if ((v.flags & kDenied) && p.opt.denied.action == DeniedAction::kClip)
+      dec.scale = fm::min(dec.scale, clip_scale(v.norm, fm::mul(p.opt.denied.kappa, v.mean), 0.0f));
+    if (sys.action == static_cast<std::uint32_t>(SystemicAction::kClipTriggered)) {
+      if (unserved) {
+        dec.scale = fm::min(dec.scale, clip_scale(v.norm, fm::mul(p.opt.systemic.kappa, v.mean), 0.0f));
+        dec.flags |= kSystemic;
+      }
+    } else if (sys.action == static_cast<std::uint32_t>(SystemicAction::kGlobalClip)) {
+      dec.scale = fm::min(dec.scale, sys.scale);
+      dec.flags |= kSystemic;
+    } else if (sys.action == static_cast<std::uint32_t>(SystemicAction::kSkip)) {
+      set_skip(dec);
+      dec.flags |= kSystemic;
+    }
     // A zero norm (kZeroNorm) stays out of the statistics; a lock still runs
     // its course (scale 1: 0 * x).
     if (!(v.flags & kZeroNorm)) {
@@ -206,7 +260,7 @@ struct SummaryAcc {
     skip |= o.skip;
     if (o.max_unit >= 0) merge_max(o.max_ratio, o.max_unit);
   }
-  GNMR_HOST_DEVICE StepSummary finish(std::int64_t t) const {
+  GNMR_HOST_DEVICE StepSummary finish(std::int64_t t, const SystemicStep& sys) const {
     StepSummary s;
     s.step = t;
     s.triggered = triggered;
@@ -217,7 +271,11 @@ struct SummaryAcc {
     s.released = released;
     s.max_ratio = max_ratio;
     s.max_ratio_unit = max_unit;
-    s.skip_step = skip;
+    s.skip_step = skip | (sys.action == static_cast<std::uint32_t>(SystemicAction::kSkip) ? 1u : 0u);
+    s.systemic = sys.action;
+    s.systemic_scale = sys.scale;
+    s.total_norm = sys.total_norm;
+    s.total_mean = sys.total_mean;
     return s;
   }
 };

@@ -86,9 +86,9 @@ void validate_segments(const Segment* segs, std::size_t n_segs, std::size_t num_
   }
 }
 
-[[noreturn]] inline void throw_uncovered(const char* fn, std::size_t u) {
+[[noreturn]] inline void throw_uncovered(const char* fn, std::size_t u, const char* hint = "") {
   throw std::invalid_argument(std::string("gnmr: ") + fn + ": unit " + std::to_string(u) +
-                              " has no segment (its norm would be meaningless)");
+                              " has no segment (its norm would be meaningless)" + hint);
 }
 
 // ---- Per-dtype kernels --------------------------------------------------
@@ -247,7 +247,9 @@ void host_unit_partials(const Segment* segs, std::size_t n_segs, float* partials
                             [&acc](std::uint32_t u) { acc[u] = 0.0; });
   for (std::size_t u = 0; u < num_units; ++u) {
     if (acc[u] >= 0.0) continue;
-    if (coverage == Coverage::kEveryUnit) detail::throw_uncovered(fn, u);
+    if (coverage == Coverage::kEveryUnit)
+      detail::throw_uncovered(fn, u, "; a rank that holds a shard of the model passes "
+                                     "gnmr::Coverage::kShard");
     acc[u] = 0.0;
   }
   // Every unit now holds 0, the identity of the built-in partials; a custom

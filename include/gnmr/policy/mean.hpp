@@ -11,6 +11,7 @@
 // All arithmetic goes through gnmr::fm so host and device agree bit for bit.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -81,7 +82,7 @@ struct WindowMean {
   bool bessel = true;  // stddev with (n-1), as torch.std_mean (OLMo-core)
 
   struct State {
-    float ring[Cap];
+    float ring[static_cast<std::size_t>(Cap)];
     std::uint32_t head;  // next slot to write
     std::uint32_t k;     // accepted samples in total (saturating)
   };

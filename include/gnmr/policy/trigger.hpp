@@ -9,6 +9,7 @@
 // either, unless ControllerOptions::zero_is_sample is set (kZeroNorm).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -32,7 +33,7 @@ struct GnmrTriggerT {
   bool clamp_feed = true;          // feed min(n, tau*mu) on triggered steps
 
   struct State {
-    float ring[Cap];     // last ratios, oldest overwritten first
+    float ring[static_cast<std::size_t>(Cap)];  // last ratios, oldest overwritten first
     std::uint32_t head;  // next slot
     std::uint32_t n;     // defined ratios seen (saturating at window)
   };

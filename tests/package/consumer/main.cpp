@@ -1,7 +1,17 @@
 // Downstream consumer used by the packaging test: it compiles against an
 // installed (or add_subdirectory'd) gnmr, runs the default controller over a
-// short trace with one spike, and exits 0 only if the spike was clipped.
+// short trace with one spike, and exits 0 only if the spike was clipped. It
+// also checks that the headers it compiles against carry the version the
+// CMake package reported (GNMR_PACKAGE_VERSION_*, set by its CMakeLists).
 #include <gnmr/gnmr.hpp>
+
+static_assert(GNMR_VERSION_MAJOR == GNMR_PACKAGE_VERSION_MAJOR &&
+                  GNMR_VERSION_MINOR == GNMR_PACKAGE_VERSION_MINOR &&
+                  GNMR_VERSION_PATCH == GNMR_PACKAGE_VERSION_PATCH,
+              "gnmr's config.hpp and its CMake package report different versions");
+static_assert(GNMR_VERSION == GNMR_VERSION_MAJOR * 10000 + GNMR_VERSION_MINOR * 100 +
+                                  GNMR_VERSION_PATCH,
+              "GNMR_VERSION does not encode the three parts");
 
 #include <cstdio>
 #include <vector>

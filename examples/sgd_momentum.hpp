@@ -1,0 +1,38 @@
+// examples/sgd_momentum.hpp — SGD with momentum (torch.optim.SGD's rule,
+// dampening 0, no Nesterov) applying a gnmr decision to one element: the
+// update an optimizer of one's own runs, written once for the CUDA kernel of
+// sgd_momentum_cuda.cu and for its CPU reference (sgd_case.hpp), and tested
+// against hand-computed values in tests/unit/test_examples_logic.cpp.
+//
+// What a decision asks of any optimizer (docs/algorithm.md, Recovery):
+//   kSkip          leave p and the momentum buffer exactly as they are; a
+//                  select, never a multiply: the gradient may be NaN
+//   kResetMoments  zero the momentum buffer before this step's update
+//   scale          multiply the gradient (1 outside recovery, the clip inside)
+// A kernel normally tests kSkip once per block and returns (nothing read);
+// update() tests it again so that the element rule holds on its own.
+#pragma once
+
+#include "gnmr/config.hpp"
+#include "gnmr/types.hpp"
+
+namespace sgdm {
+
+struct Hyper {
+  float lr = 0.05f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;  // L2, added to the (scaled) gradient
+};
+
+// buf <- momentum * buf + (scale * g + weight_decay * p);  p <- p - lr * buf.
+// Through gnmr::fm with contraction off on the host, so the device and the
+// host reference produce the same bits.
+GNMR_HOST_DEVICE void update(const Hyper& h, const gnmr::UnitDecision& d, float& p, float& buf, float g) {
+  if (d.flags & gnmr::kSkip) return;
+  const float b0 = (d.flags & gnmr::kResetMoments) ? 0.0f : buf;
+  const float gs = gnmr::fm::add(gnmr::fm::mul(d.scale, g), gnmr::fm::mul(h.weight_decay, p));
+  buf = gnmr::fm::add(gnmr::fm::mul(h.momentum, b0), gs);
+  p = gnmr::fm::sub(p, gnmr::fm::mul(h.lr, buf));
+}
+
+}  // namespace sgdm

@@ -1,0 +1,383 @@
+"""gnmr.Controller: one GNMR controller over a model's gradients.
+
+Call :meth:`Controller.step` after backward (after the gradient all-reduce)
+and before the optimizer: it reads every unit's gradients in place,
+computes their norms, runs one step of the controller (gnmr's C++ library:
+the host controller for CPU tensors, the CUDA backend for CUDA tensors) and
+applies the decisions to the gradients. docs/python.md is the guide.
+"""
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
+
+import torch
+
+from . import _C, _units
+from .summary import Decisions, Flag, StepSummary
+
+Override = Union[float, int, str]
+
+
+def presets() -> List[str]:
+    """The preset names :class:`Controller` accepts, in a stable order."""
+    return list(_C.presets())
+
+
+def preset_overrides(preset: str) -> List[str]:
+    """The override keywords ``preset`` accepts (ValueError if unknown)."""
+    return list(_C.preset_overrides(preset))
+
+
+def is_global(preset: str) -> bool:
+    """True for presets whose rule is on the global norm (clip, zclip,
+    skip-step): their controller has one unit, ``global``, over every
+    tensor. ValueError for an unknown name."""
+    return bool(_C.is_global(preset))
+
+
+class Controller:
+    """A GNMR controller (or a peer's method, by preset) over torch tensors.
+
+    Args:
+        units: what the recoverable units are: an ``nn.Module`` (one unit per
+            parameter that requires grad), a mapping ``name -> parameters``
+            (a tensor, a module or an iterable of tensors: several tensors
+            recover together), an iterable of parameter groups (dicts with
+            ``"params"`` and an optional ``"name"``) or of tensors. All on
+            one device, CPU or CUDA.
+        preset: a name from :func:`presets` (``"gnmr"`` by default). Global
+            presets (:func:`is_global`) get one unit over every tensor.
+        **overrides: the preset's parameters, named as gnmr::presets::Options
+            in C++: ``tau``, ``delta``, ``warmup``, ``window``,
+            ``delta_window``, ``beta``, ``max_o``, ``lock``, ``cooldown``,
+            ``kappa``, ``max_norm``, ``z``, ``clip_factor``, ``mean``.
+
+    Raises:
+        ValueError: an unknown preset or override, an override the preset
+            has no use for or out of range (the C++ library's message), or
+            unusable units. TypeError for arguments of the wrong type.
+
+    Determinism: the decisions are a function of the norms alone, and the
+    norms of the gradients' bits and layout (host: double accumulation per
+    tensor, one rounding per unit; CUDA: NormPlan's fixed-order reduction),
+    so the same gradients give the same decisions on every run and rank.
+    Host and CUDA norms may differ in the last bit; the decisions on a
+    recorded trace of norms are the same on both (docs/python.md).
+    """
+
+    def __init__(self, units: Any, preset: str = "gnmr", **overrides: Override) -> None:
+        if not isinstance(preset, str):
+            raise TypeError(f"gnmr: preset must be a str, got {type(preset).__name__}")
+        _C.check_options(preset, overrides)
+        layout = _units.resolve(units, collapse=_C.is_global(preset))
+        self._preset = preset
+        self._overrides: Dict[str, Override] = dict(overrides)
+        self._names = layout.names
+        self._tensors = layout.tensors
+        self._unit_of = {id(t): u for t, u in zip(layout.tensors, layout.units)}
+        self._members: List[List[torch.Tensor]] = [[] for _ in layout.names]
+        for t, u in zip(layout.tensors, layout.units):
+            self._members[u].append(t)
+        self._device = layout.device
+        args = (preset, self._overrides, layout.tensors, layout.units, layout.labels, layout.names)
+        if self._device.type == "cuda":
+            index = self._device.index if self._device.index is not None else torch.cuda.current_device()
+            self._device = torch.device("cuda", index)
+            self._core = _C.CudaCore(*args, index)
+        else:
+            self._core = _C.HostCore(*args)
+        self._last: Optional[StepSummary] = None
+        self._decisions: Optional[Decisions] = None  # host copy of the latest decisions
+        self._ring: List[Optional[weakref.ref]] = [None] * _C.READBACK_SLOTS
+
+    # ------------------------------------------------------------ properties ---
+    @property
+    def preset(self) -> str:
+        """The preset name."""
+        return self._preset
+
+    @property
+    def overrides(self) -> Dict[str, Override]:
+        """The overrides given at construction."""
+        return dict(self._overrides)
+
+    @property
+    def unit_names(self) -> List[str]:
+        """One name per unit, in unit order (the trace's columns)."""
+        return list(self._names)
+
+    @property
+    def num_units(self) -> int:
+        """Number of units (1 for a global preset)."""
+        return len(self._names)
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the watched tensors."""
+        return self._device
+
+    @property
+    def steps_done(self) -> int:
+        """Controller steps so far (restored by :meth:`load_state_dict`).
+        Synchronises on CUDA."""
+        return int(self._core.steps_done)
+
+    @property
+    def max_in_recovery(self) -> int:
+        """The budget: how many units may be in recovery at once
+        (0xffffffff for an unlimited budget)."""
+        return int(self._core.max_in_recovery)
+
+    @property
+    def replans(self) -> int:
+        """CUDA only: how many times the norm plan was rebuilt because a
+        gradient buffer moved (each costs an allocation and a sync); 0 on
+        the CPU."""
+        return int(self._core.replans) if self._device.type == "cuda" else 0
+
+    @property
+    def last_summary(self) -> Optional[StepSummary]:
+        """The summary of the latest step (None before the first)."""
+        return self._last
+
+    def parameters(self) -> Iterator[torch.Tensor]:
+        """Every watched tensor, in unit order."""
+        return iter(list(self._tensors))
+
+    def unit_of(self, tensor: torch.Tensor) -> int:
+        """The unit index of a watched tensor (ValueError if not watched)."""
+        try:
+            return self._unit_of[id(tensor)]
+        except KeyError:
+            raise ValueError("gnmr: this tensor is not watched by the controller") from None
+
+    # ------------------------------------------------------------------ step ---
+    def step(self, optimizer: Optional[torch.optim.Optimizer] = None) -> StepSummary:
+        """One controller step over the current gradients, applied to them.
+
+        Per unit, from its tensors' ``.grad`` (read in place): the norm, the
+        controller's decision, then in place: a skipped unit's tensors get
+        ``grad = None`` (every tensor's on a suggested global skip), so any
+        torch optimizer leaves them unchanged; a clipped unit's gradients
+        are scaled. Tensors without a gradient count as zero (a unit with
+        none has norm 0: not a sample). With ``optimizer``, the moments of
+        units flagged RESET_MOMENTS are reset too (:meth:`reset_moments`).
+
+        On CUDA the norms and the controller run on the current stream
+        without allocation, and the step waits for its decisions (a sync
+        with the stream: a host decision is the only way to make a torch
+        optimizer skip a tensor); use :class:`gnmr.optim.AdamW` for a step
+        with no sync at all. Not allowed inside CUDA graph capture.
+
+        Raises ValueError (nothing changed) when a gradient is unusable:
+        sparse, not dense, or not float32/bfloat16/float16.
+        """
+        if optimizer is not None:
+            _check_optimizer(optimizer)  # before anything changes
+        s = self._step(apply=True)
+        if optimizer is not None:
+            self.reset_moments(optimizer)
+        return s
+
+    def _step(self, apply: bool) -> StepSummary:
+        self._decisions = None
+        if self._device.type != "cuda":
+            s = StepSummary(self._core.step(apply))
+        else:
+            stream = torch.cuda.current_stream(self._device).cuda_stream
+            if not self._core.capturing(stream):
+                # The slot this step will reuse: read what an unread summary
+                # still needs from it first.
+                ref = self._ring[self._core.next_slot()]
+                old = ref() if ref is not None else None
+                if old is not None:
+                    old._load()
+            slot = self._core.step(stream, apply)
+            if slot >= 0:
+                core = self._core
+                s = StepSummary(fetch=lambda: core.slot_summary(slot), ready=lambda: core.ready(slot))
+                self._ring[slot] = weakref.ref(s)
+            else:  # captured: read the device summary when asked (after replay)
+                s = StepSummary(fetch=self._core.copy_summary)
+        self._last = s
+        return s
+
+    # -------------------------------------------------------------- decisions ---
+    def decisions(self) -> Decisions:
+        """The latest step's decisions, one per unit, as CPU tensors. On
+        CUDA this waits for that step's decisions (already there after
+        :meth:`step`; a sync after :class:`gnmr.optim.AdamW`'s step)."""
+        if self._decisions is None:
+            scale, flags = self._core.decisions()
+            self._decisions = Decisions(scale, flags)
+        return self._decisions
+
+    def reports(self) -> Dict[str, torch.Tensor]:
+        """The latest step's full per-unit report as CPU tensors: norm,
+        mean, ratio, delta, risk, scale (float32), flags, lock_left (int32).
+        Synchronises on CUDA."""
+        return dict(self._core.reports())
+
+    def promoted(self, name: str) -> bool:
+        """Whether unit ``name`` carries PROMOTE in the latest decisions: a
+        model's forward reads it to run that unit's operator in higher
+        precision on the next step. KeyError for an unknown name."""
+        try:
+            u = self._names.index(name)
+        except ValueError:
+            raise KeyError(f"gnmr: no unit named {name!r}") from None
+        return bool(int(self.decisions().flags[u]) & Flag.PROMOTE)
+
+    def promoted_units(self) -> List[str]:
+        """Names of the units carrying PROMOTE in the latest decisions."""
+        flags = self.decisions().flags
+        return [n for n, f in zip(self._names, flags.tolist()) if f & Flag.PROMOTE]
+
+    def reset_moments(self, optimizer: torch.optim.Optimizer) -> int:
+        """Resets, in ``optimizer``'s state, the moments of every tensor of
+        the units flagged RESET_MOMENTS in the latest decisions, as a fresh
+        optimizer would have them: Adam-family ``exp_avg``, ``exp_avg_sq``,
+        ``max_exp_avg_sq`` and any other state tensor shaped like the
+        parameter are zeroed in place, ``step`` restarts at 0, SGD's
+        ``momentum_buffer`` is dropped. Returns the number of tensors reset.
+        Call it before ``optimizer.step()`` (``step(optimizer)`` does).
+        :class:`gnmr.optim.AdamW` resets its own moments: ValueError."""
+        _check_optimizer(optimizer)
+        flags = self.decisions().flags.tolist()
+        done = 0
+        with torch.no_grad():
+            for u, f in enumerate(flags):
+                if not f & Flag.RESET_MOMENTS:
+                    continue
+                for p in self._members[u]:
+                    st = optimizer.state.get(p)
+                    if st:
+                        _reset_state(st, p)
+                        done += 1
+        return done
+
+    # ----------------------------------------------------------- checkpoints ---
+    def state_dict(self) -> Dict[str, Any]:
+        """The controller's state for ``torch.save``: the versioned,
+        checksummed C++ state blob (a uint8 tensor) with the preset, the
+        overrides and the unit names it belongs to. Synchronises on CUDA."""
+        blob = bytes(self._core.save())
+        return {
+            "format": "gnmr.Controller",
+            "version": 1,
+            "state_version": int(_C.STATE_FORMAT_VERSION),
+            "preset": self._preset,
+            "overrides": dict(self._overrides),
+            "unit_names": list(self._names),
+            "blob": torch.frombuffer(bytearray(blob), dtype=torch.uint8).clone(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores :meth:`state_dict`'s output. Raises ValueError, leaving
+        the controller unchanged, when it is not a gnmr state, was saved by
+        another preset or for other units, or the blob is truncated,
+        corrupted or of another policy layout (the C++ message). Other
+        overrides than at saving are allowed (retuning on resume)."""
+        if not isinstance(state, Mapping):
+            raise TypeError(f"gnmr: load_state_dict needs a mapping, got {type(state).__name__}")
+        for k in ("format", "version", "preset", "unit_names", "blob"):
+            if k not in state:
+                raise ValueError(f"gnmr: load_state_dict: missing key {k!r}")
+        if state["format"] != "gnmr.Controller" or state["version"] != 1:
+            raise ValueError(f"gnmr: load_state_dict: not a gnmr.Controller state (format "
+                             f"{state['format']!r}, version {state['version']!r})")
+        if state["preset"] != self._preset:
+            raise ValueError(f"gnmr: load_state_dict: saved by preset {state['preset']!r}, this "
+                             f"controller is {self._preset!r}")
+        names = list(state["unit_names"])
+        if names != self._names:
+            diff = next((i for i, (a, b) in enumerate(zip(names, self._names)) if a != b),
+                        min(len(names), len(self._names)))
+            raise ValueError(f"gnmr: load_state_dict: unit names differ ({len(names)} saved, "
+                             f"{len(self._names)} here; first difference at unit {diff})")
+        blob = state["blob"]
+        if isinstance(blob, torch.Tensor):
+            if blob.dtype != torch.uint8 or blob.dim() != 1:
+                raise ValueError("gnmr: load_state_dict: blob must be a 1-D uint8 tensor")
+            blob = blob.cpu().numpy().tobytes()
+        elif not isinstance(blob, (bytes, bytearray)):
+            raise ValueError(f"gnmr: load_state_dict: blob must be a uint8 tensor or bytes, got "
+                             f"{type(blob).__name__}")
+        self._core.load(bytes(blob))
+        self._last = None
+        self._decisions = None
+
+    def reset(self) -> None:
+        """Back to the state at construction (every mean and lock forgotten)."""
+        self._core.reset()
+        self._last = None
+        self._decisions = None
+
+    # --------------------------------------------------------------- logging ---
+    def events(self, path: Optional[Union[str, os.PathLike]], *, nonfinite_as_null: bool = False) -> None:
+        """Writes the JSON Lines event log (gnmr::EventLog: trigger, grant,
+        deny, release, non-finite, global skip) of every later step to
+        ``path`` (truncated); None closes it. On CUDA the lines are written
+        a step late from pinned copies (no sync); :meth:`flush` writes the
+        rest. OSError if the file cannot be written."""
+        if path is None:
+            self._core.close_events()
+        else:
+            self._core.open_events(os.fspath(path), bool(nonfinite_as_null))
+
+    def trace(self, path: Optional[Union[str, os.PathLike]]) -> None:
+        """Writes the per-unit norm trace CSV (gnmr::TraceWriter) that
+        ``gnmr-replay`` reads, one row per later step, to ``path``
+        (truncated); None closes it. On CUDA rows are written a step late
+        (no sync); :meth:`flush` writes the rest."""
+        if path is None:
+            self._core.close_trace()
+        else:
+            self._core.open_trace(os.fspath(path))
+
+    def flush(self) -> None:
+        """Writes every pending log line and trace row (waits for the GPU)."""
+        self._core.flush()
+
+    def close(self) -> None:
+        """Flushes and closes the event log and the trace."""
+        self._core.close_events()
+        self._core.close_trace()
+
+    def __enter__(self) -> "Controller":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"gnmr.Controller(preset={self._preset!r}, units={len(self._names)}, "
+                f"device={self._device}, overrides={self._overrides})")
+
+
+def _check_optimizer(optimizer: Any) -> None:
+    from .optim import AdamW
+
+    if isinstance(optimizer, AdamW):
+        raise ValueError("gnmr: gnmr.optim.AdamW resets its own moments (and runs the controller "
+                         "itself): do not pass it to Controller.step or reset_moments")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"gnmr: reset_moments needs a torch.optim.Optimizer, got "
+                        f"{type(optimizer).__name__}")
+
+
+def _reset_state(st: Dict[str, Any], p: torch.Tensor) -> None:
+    """A fresh optimizer's state for ``p``, in place where it is a tensor
+    (so captured graphs and fused kernels keep their addresses)."""
+    for k, v in list(st.items()):
+        if k == "step":
+            if isinstance(v, torch.Tensor):
+                v.zero_()
+            else:
+                st[k] = type(v)(0)
+        elif k == "momentum_buffer":
+            st[k] = None
+        elif isinstance(v, torch.Tensor) and v.shape == p.shape:
+            v.zero_()

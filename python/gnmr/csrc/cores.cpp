@@ -1,0 +1,161 @@
+// python/gnmr/csrc/cores.cpp — HostCore, CudaCore, HostAdamW, CudaAdamW
+// (cores.hpp).
+#include "cores.hpp"
+
+#include <stdexcept>
+#include <utility>
+
+#include "gnmr/host/norms.hpp"
+#include "gnmr/presets.hpp"
+#include "gnmr/state.hpp"
+
+namespace gnmr_py {
+
+namespace {
+// The segment of a host unit whose tensors have no gradient this step.
+const float kHostZero = 0.0f;
+
+const std::uint8_t* bytes_of(const std::string& s) { return reinterpret_cast<const std::uint8_t*>(s.data()); }
+
+[[noreturn]] void refuse_under_capture(const char* what) {
+  throw std::runtime_error(std::string("gnmr: ") + what +
+                           " during CUDA graph capture; run one step outside capture first "
+                           "and keep gradients in place (zero_grad(set_to_none=False))");
+}
+}  // namespace
+
+void check_trace_order(bool tracing, std::int64_t last_trace_step, const std::string& blob) {
+  if (!tracing) return;
+  const gnmr::StateInfo info = gnmr::read_state_info(blob.data(), blob.size());
+  if (info.steps_done < last_trace_step)
+    throw std::invalid_argument("gnmr: load_state_dict: the state is at step " + std::to_string(info.steps_done) +
+                                " but the open trace already has step " + std::to_string(last_trace_step) +
+                                " (trace steps must increase): call trace(path) with a new file after "
+                                "loading, or trace(None) before");
+}
+
+// ------------------------------------------------------------------ HostCore ----
+HostCore::HostCore(const std::string& preset, const gnmr::presets::Options& options, GradTable grads,
+                   std::vector<std::string> names)
+    : ctl_(gnmr::presets::make(preset, grads.num_units(), options)),
+      grads_(std::move(grads)),
+      partials_(grads_.num_units()),
+      logs_(std::move(names)) {}
+
+const gnmr::StepSummary& HostCore::step(bool apply) {
+  grads_.gather(&kHostZero);  // validates every gradient first
+  gnmr::host_unit_partials(grads_.segments().data(), grads_.segments().size(), partials_.data(),
+                           partials_.size());
+  const gnmr::StepSummary& s = ctl_->step(partials_);
+  logs_.write(s, ctl_->reports().data());
+  if (apply) grads_.apply(ctl_->decisions().data(), s.skip_step != 0);
+  return s;
+}
+
+void HostCore::load(const std::string& blob) {
+  check_trace_order(logs_.tracing(), logs_.last_trace_step(), blob);
+  ctl_->load(bytes_of(blob), blob.size());
+}
+
+// ------------------------------------------------------------------ CudaCore ----
+CudaCore::CudaCore(const std::string& preset, const gnmr::presets::Options& options, GradTable grads,
+                   const std::vector<std::string>& names, int device)
+    : dev_(preset, options, grads.num_units(), names, device), grads_(std::move(grads)) {}
+
+bool CudaCore::capturing(std::uintptr_t stream) const { return stream_capturing(stream, dev_.device()); }
+
+void CudaCore::prepare(std::uintptr_t stream) {
+  if (!grads_.gather(dev_.zero_segment())) return;
+  if (capturing(stream)) refuse_under_capture("a gradient buffer moved (or a grad became None)");
+  dev_.set_segments(grads_.segments());
+  grads_.commit();
+  ++replans_;
+}
+
+int CudaCore::step(std::uintptr_t stream, bool apply) {
+  if (apply && capturing(stream))
+    throw std::runtime_error(
+        "gnmr: Controller.step() cannot run inside CUDA graph capture: it drops skipped "
+        "gradients on the host, which needs the decisions there; capture gnmr.optim.AdamW.step() "
+        "instead, whose kernel reads them on the device");
+  prepare(stream);
+  const int slot = dev_.step(stream);
+  last_slot_ = slot;
+  if (apply) {
+    dev_.wait(slot);
+    grads_.apply(dev_.slot_decisions(slot), dev_.slot_summary(slot).skip_step != 0);
+  }
+  return slot;
+}
+
+std::vector<gnmr::UnitDecision> CudaCore::decisions() {
+  if (last_slot_ < 0) return dev_.copy_decisions();
+  dev_.wait(last_slot_);
+  const gnmr::UnitDecision* d = dev_.slot_decisions(last_slot_);
+  return std::vector<gnmr::UnitDecision>(d, d + dev_.num_units());
+}
+
+void CudaCore::load(const std::string& blob) {
+  check_trace_order(dev_.tracing(), dev_.last_trace_step(), blob);
+  dev_.load(bytes_of(blob), blob.size());
+  last_slot_ = -1;  // the slots hold decisions of before the load
+}
+
+// ----------------------------------------------------------------- HostAdamW ----
+HostAdamW::HostAdamW(AdamWTable table, std::size_t num_units)
+    : table_(std::move(table)), states_(num_units, gnmr::detail::adamw_unit_init()) {}
+
+void HostAdamW::prepare() {
+  if (!table_.gather()) return;
+  const auto& t = table_.tensors();
+  layout_ = gnmr::detail::build_adamw_layout(t.data(), t.size(), states_.size());
+  table_.commit();
+}
+
+void HostAdamW::step(const HostCore& ctl, const gnmr::AdamWParams& h) {
+  if (table_.tensors().empty()) return;
+  const std::string bad = h.check();
+  if (!bad.empty()) throw std::invalid_argument(bad);
+  gnmr::detail::emulate_adamw_step(layout_, h, h.lr, ctl.decisions().data(), states_, ctl.summary().skip_step != 0);
+}
+
+void HostAdamW::set_states(const AdamWStates& s) {
+  if (s.size() != states_.size()) throw std::invalid_argument("gnmr: AdamW: one state per unit expected");
+  states_ = s;
+}
+
+// ----------------------------------------------------------------- CudaAdamW ----
+CudaAdamW::CudaAdamW(AdamWTable table, std::size_t num_units, int device)
+    : table_(std::move(table)),
+      num_units_(num_units),
+      device_(device),
+      pending_(num_units, gnmr::detail::adamw_unit_init()) {}
+
+void CudaAdamW::prepare(std::uintptr_t stream) {
+  if (!table_.gather()) return;
+  if (stream_capturing(stream, device_)) refuse_under_capture("an AdamW gradient buffer moved (or a grad became None)");
+  // The unit states travel from the old plan to the new one.
+  if (plan_) pending_ = plan_->states();
+  const auto& t = table_.tensors();
+  if (t.empty()) {
+    plan_.reset();
+  } else {
+    plan_.reset(new DeviceAdamW(t, num_units_, device_, pending_));
+  }
+  table_.commit();
+}
+
+void CudaAdamW::step(const CudaCore& ctl, const gnmr::AdamWParams& h, const float* d_lr, std::uintptr_t stream) {
+  if (!plan_) return;
+  plan_->step(h, d_lr, ctl.device().device_decisions(), ctl.device().device_summary(), stream);
+}
+
+AdamWStates CudaAdamW::states() const { return plan_ ? plan_->states() : pending_; }
+
+void CudaAdamW::set_states(const AdamWStates& s) {
+  if (s.size() != num_units_) throw std::invalid_argument("gnmr: AdamW: one state per unit expected");
+  pending_ = s;
+  if (plan_) plan_->set_states(s);
+}
+
+}  // namespace gnmr_py

@@ -1,0 +1,120 @@
+// python/gnmr/csrc/logs.hpp — the two files a gnmr.Controller can write:
+// the JSON Lines event log (gnmr::EventLog) and the per-unit norm trace
+// that gnmr-replay reads (gnmr::TraceWriter).
+//
+// Plain C++ (no torch, no CUDA): the host core writes a step's rows right
+// after the step; the CUDA glue (device.cu) writes them a step late, from
+// pinned copies, through the same object. The names are the controller's
+// unit names, so a trace recorded here replays under the same column names.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gnmr/telemetry.hpp"
+#include "gnmr/trace.hpp"
+#include "gnmr/types.hpp"
+
+namespace gnmr_py {
+
+// A file could not be opened or written: Python's OSError.
+class IoError : public std::runtime_error {
+ public:
+  explicit IoError(const std::string& what) : std::runtime_error(what) {}
+};
+
+class Logs {
+ public:
+  explicit Logs(std::vector<std::string> names) : names_(std::move(names)), norms_(names_.size()) {}
+  Logs(const Logs&) = delete;
+  Logs& operator=(const Logs&) = delete;
+
+  const std::vector<std::string>& names() const { return names_; }
+  gnmr::EventLog* events() { return ev_.get(); }
+  bool tracing() const { return tr_ != nullptr; }
+  // The step of the last trace row written (0 before any).
+  std::int64_t last_trace_step() const { return last_trace_step_; }
+
+  void open_events(const std::string& path, bool nonfinite_as_null) {
+    // The new writer exists before the old one is closed: a failure
+    // leaves the previous log as it was.
+    auto f = open(path, "events");
+    gnmr::EventLogOptions o;
+    o.nonfinite_as_null = nonfinite_as_null;
+    std::unique_ptr<gnmr::EventLog> w(new gnmr::EventLog(*f, o));
+    close_events();
+    ev_file_ = std::move(f);
+    ev_ = std::move(w);
+  }
+  void open_trace(const std::string& path) {
+    auto f = open(path, "trace");
+    std::unique_ptr<gnmr::TraceWriter> w(new gnmr::TraceWriter(*f, names_));
+    close_trace();
+    tr_file_ = std::move(f);
+    tr_ = std::move(w);
+    last_trace_step_ = 0;
+  }
+  void close_events() {
+    if (!ev_) return;
+    ev_->flush();
+    ev_.reset();
+    finish(ev_file_, "events");
+  }
+  void close_trace() {
+    if (!tr_) return;
+    tr_.reset();
+    finish(tr_file_, "trace");
+  }
+  void flush() {
+    if (ev_) ev_->flush();
+    if (tr_file_) {
+      tr_file_->flush();
+      if (!*tr_file_) throw IoError("gnmr: trace: write failed");
+    }
+  }
+
+  // One step's rows from a dense report array (host controller).
+  void write(const gnmr::StepSummary& s, const gnmr::UnitReport* reports) {
+    if (ev_) ev_->write(s, reports, names_.size(), names_.data());
+    if (tr_) {
+      for (std::size_t u = 0; u < norms_.size(); ++u) norms_[u] = reports[u].norm;
+      write_trace(s.step, norms_.data());
+    }
+  }
+  // One trace row from a norm per unit (the CUDA glue's pinned copy).
+  void write_trace(std::int64_t step, const float* norms) {
+    tr_->write(step, norms, names_.size());
+    if (!*tr_file_) throw IoError("gnmr: trace: write failed");
+    last_trace_step_ = step;
+  }
+
+ private:
+  static std::unique_ptr<std::ofstream> open(const std::string& path, const char* what) {
+    std::unique_ptr<std::ofstream> f(new std::ofstream(path, std::ios::binary | std::ios::trunc));
+    if (!*f) throw IoError(std::string("gnmr: ") + what + ": cannot write '" + path + "'");
+    return f;
+  }
+  static void finish(std::unique_ptr<std::ofstream>& f, const char* what) {
+    f->flush();
+    const bool ok = static_cast<bool>(*f);
+    f.reset();
+    if (!ok) throw IoError(std::string("gnmr: ") + what + ": write failed");
+  }
+
+  std::vector<std::string> names_;
+  std::vector<float> norms_;
+  // Each writer is declared after its file, so it is destroyed first.
+  std::unique_ptr<std::ofstream> ev_file_;
+  std::unique_ptr<gnmr::EventLog> ev_;
+  std::unique_ptr<std::ofstream> tr_file_;
+  std::unique_ptr<gnmr::TraceWriter> tr_;
+  std::int64_t last_trace_step_ = 0;
+};
+
+}  // namespace gnmr_py

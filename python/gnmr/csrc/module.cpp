@@ -1,0 +1,338 @@
+// python/gnmr/csrc/module.cpp — gnmr._C, the extension module under the
+// Python package: the cores of cores.hpp, the preset table, the flag bits
+// and the record layouts, with gnmr's C++ errors as Python exceptions.
+//
+// Errors keep the library's messages: std::invalid_argument (bad presets,
+// overrides, gradients, layouts) and gnmr::StateError / gnmr::TraceError
+// (a bad checkpoint blob or trace) are ValueError, gnmr_py::IoError is
+// OSError, anything else RuntimeError. The Python layer (gnmr/*.py) adds
+// the torch-facing API, documentation and type hints; nothing here is
+// public API.
+#include <torch/python.h>
+
+#include <ATen/ops/empty.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cores.hpp"
+#include "gnmr/presets.hpp"
+#include "gnmr/state.hpp"
+#include "gnmr/trace.hpp"
+
+namespace py = pybind11;
+using namespace gnmr_py;
+
+namespace {
+
+// --------------------------------------------------------------- overrides ----
+// The fields of gnmr::presets::Options, by their C++ names: one list for the
+// conversion and for the "valid overrides" message.
+#define GNMR_PY_FLOAT_OPTIONS(X) X(tau) X(delta) X(beta) X(kappa) X(max_norm) X(z) X(clip_factor)
+#define GNMR_PY_INT_OPTIONS(X) X(warmup) X(window) X(delta_window) X(max_o) X(lock) X(cooldown)
+
+std::vector<std::string> option_names() {
+  std::vector<std::string> v;
+#define GNMR_PY_NAME(f) v.push_back(#f);
+  GNMR_PY_FLOAT_OPTIONS(GNMR_PY_NAME)
+  GNMR_PY_INT_OPTIONS(GNMR_PY_NAME)
+#undef GNMR_PY_NAME
+  v.push_back("mean");
+  return v;
+}
+
+[[noreturn]] void type_error(const std::string& key, const char* want, const py::handle& v) {
+  throw py::type_error("gnmr: override '" + key + "' must be " + want + ", got " +
+                       std::string(py::str(py::type::handle_of(v).attr("__name__"))));
+}
+
+bool is_bool(const py::handle& v) { return PyBool_Check(v.ptr()); }
+
+gnmr::presets::Options options_from(const py::dict& d) {
+  gnmr::presets::Options o;
+  for (const auto& kv : d) {
+    const std::string key = py::cast<std::string>(kv.first);
+    const py::handle v = kv.second;
+    bool known = false;
+#define GNMR_PY_FLOAT(f)                                                                   \
+  if (key == #f) {                                                                         \
+    if (is_bool(v) || !(py::isinstance<py::float_>(v) || py::isinstance<py::int_>(v)))     \
+      type_error(key, "a number", v);                                                     \
+    o.f = static_cast<float>(py::cast<double>(v));                                        \
+    known = true;                                                                          \
+  }
+#define GNMR_PY_INT(f)                                                                      \
+  if (key == #f) {                                                                          \
+    if (is_bool(v) || !py::isinstance<py::int_>(v)) type_error(key, "an int", v);           \
+    try {                                                                                   \
+      o.f = py::cast<std::int64_t>(v);                                                      \
+    } catch (const py::cast_error&) {                                                       \
+      throw std::invalid_argument("gnmr: override '" + key + "' is out of the 64-bit range"); \
+    }                                                                                       \
+    known = true;                                                                           \
+  }
+    GNMR_PY_FLOAT_OPTIONS(GNMR_PY_FLOAT)
+    GNMR_PY_INT_OPTIONS(GNMR_PY_INT)
+#undef GNMR_PY_FLOAT
+#undef GNMR_PY_INT
+    if (key == "mean") {
+      if (!py::isinstance<py::str>(v)) type_error(key, "a str", v);
+      o.mean = py::cast<std::string>(v);
+      known = true;
+    }
+    if (!known)
+      throw std::invalid_argument("gnmr: unknown override '" + key + "'; valid overrides: " +
+                                  gnmr::presets::detail::join(option_names()));
+  }
+  return o;
+}
+
+// ----------------------------------------------------------------- records ----
+// One list per record type: the Python field names and the conversion.
+#define GNMR_PY_SUMMARY_FIELDS(X) \
+  X(step) X(triggered) X(granted) X(in_recovery) X(denied) X(nonfinite) X(released) X(max_ratio) \
+  X(max_ratio_unit) X(skip_step)
+
+py::tuple summary_fields() {
+  std::vector<std::string> v;
+#define GNMR_PY_NAME(f) v.push_back(#f);
+  GNMR_PY_SUMMARY_FIELDS(GNMR_PY_NAME)
+#undef GNMR_PY_NAME
+  return py::cast(v);
+}
+
+py::tuple summary_tuple(const gnmr::StepSummary& s) {
+  py::list l;
+#define GNMR_PY_FIELD(f) l.append(py::cast(s.f));
+  GNMR_PY_SUMMARY_FIELDS(GNMR_PY_FIELD)
+#undef GNMR_PY_FIELD
+  return py::tuple(l);
+}
+
+template <class T>
+at::Tensor column(const std::vector<T>& rows, std::size_t n, c10::ScalarType type, std::size_t offset) {
+  at::Tensor t = at::empty({static_cast<std::int64_t>(n)}, at::TensorOptions().dtype(type));
+  auto* out = static_cast<unsigned char*>(t.data_ptr());
+  for (std::size_t i = 0; i < n; ++i)
+    std::memcpy(out + 4 * i, reinterpret_cast<const unsigned char*>(&rows[i]) + offset, 4);
+  return t;
+}
+
+py::tuple decisions_pair(const std::vector<gnmr::UnitDecision>& d) {
+  return py::make_tuple(column(d, d.size(), c10::ScalarType::Float, offsetof(gnmr::UnitDecision, scale)),
+                        column(d, d.size(), c10::ScalarType::Int, offsetof(gnmr::UnitDecision, flags)));
+}
+
+#define GNMR_PY_REPORT_FIELDS(X)                                                                \
+  X(norm, Float) X(mean, Float) X(ratio, Float) X(delta, Float) X(risk, Float) X(scale, Float) \
+  X(flags, Int) X(lock_left, Int)
+
+py::dict reports_dict(const std::vector<gnmr::UnitReport>& r) {
+  py::dict d;
+#define GNMR_PY_COLUMN(f, T) \
+  d[#f] = column(r, r.size(), c10::ScalarType::T, offsetof(gnmr::UnitReport, f));
+  GNMR_PY_REPORT_FIELDS(GNMR_PY_COLUMN)
+#undef GNMR_PY_COLUMN
+  return d;
+}
+
+py::bytes to_bytes(const std::vector<std::uint8_t>& v) {
+  return py::bytes(reinterpret_cast<const char*>(v.data()), v.size());
+}
+
+gnmr::AdamWParams adamw_params(double lr, double beta1, double beta2, double eps, double wd) {
+  gnmr::AdamWParams h;
+  h.lr = static_cast<float>(lr);
+  h.beta1 = static_cast<float>(beta1);
+  h.beta2 = static_cast<float>(beta2);
+  h.eps = static_cast<float>(eps);
+  h.weight_decay = static_cast<float>(wd);
+  const std::string bad = h.check();
+  if (!bad.empty()) throw std::invalid_argument(bad);
+  return h;
+}
+
+py::list states_list(const AdamWStates& s) {
+  py::list l;
+  for (const auto& u : s) l.append(py::make_tuple(u.step, u.beta1_pow, u.beta2_pow));
+  return l;
+}
+
+AdamWStates states_from(const std::vector<std::tuple<std::int64_t, double, double>>& l) {
+  AdamWStates s;
+  s.reserve(l.size());
+  for (const auto& t : l) {
+    gnmr::detail::AdamWUnitState u;
+    u.step = std::get<0>(t);
+    u.beta1_pow = std::get<1>(t);
+    u.beta2_pow = std::get<2>(t);
+    if (u.step < 0 || !(u.beta1_pow >= 0.0 && u.beta1_pow <= 1.0) || !(u.beta2_pow >= 0.0 && u.beta2_pow <= 1.0))
+      throw std::invalid_argument("gnmr: AdamW: invalid unit state (step >= 0, beta powers in [0, 1])");
+    s.push_back(u);
+  }
+  return s;
+}
+
+GradTable grad_table(std::vector<at::Tensor> params, std::vector<std::uint32_t> units,
+                     std::vector<std::string> labels, std::size_t num_units) {
+  return GradTable(std::move(params), std::move(units), std::move(labels), num_units);
+}
+
+py::dict flags_dict() {
+  py::dict d;
+  d["TRIGGERED"] = static_cast<std::uint32_t>(gnmr::kTriggered);
+  d["GRANTED"] = static_cast<std::uint32_t>(gnmr::kGranted);
+  d["IN_RECOVERY"] = static_cast<std::uint32_t>(gnmr::kInRecovery);
+  d["DENIED"] = static_cast<std::uint32_t>(gnmr::kDenied);
+  d["COOLDOWN"] = static_cast<std::uint32_t>(gnmr::kCooldown);
+  d["NONFINITE"] = static_cast<std::uint32_t>(gnmr::kNonFinite);
+  d["SKIP"] = static_cast<std::uint32_t>(gnmr::kSkip);
+  d["RESET_MOMENTS"] = static_cast<std::uint32_t>(gnmr::kResetMoments);
+  d["PROMOTE"] = static_cast<std::uint32_t>(gnmr::kPromote);
+  d["RELEASED"] = static_cast<std::uint32_t>(gnmr::kReleased);
+  d["WARMUP"] = static_cast<std::uint32_t>(gnmr::kWarmup);
+  d["ZERO_NORM"] = static_cast<std::uint32_t>(gnmr::kZeroNorm);
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "gnmr's C++ core (private: use the gnmr package)";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const gnmr::StateError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const gnmr::TraceError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const IoError& e) {
+      PyErr_SetString(PyExc_OSError, e.what());
+    }
+  });
+
+  m.def("presets", &gnmr::presets::names);
+  m.def("is_global", &gnmr::presets::is_global);
+  m.def("preset_overrides", [](const std::string& name) { return gnmr::presets::detail::find_preset(name).overrides; });
+  m.def("option_names", &option_names);
+  m.def("check_options", [](const std::string& preset, const py::dict& o) {
+    gnmr::presets::make(preset, 1, options_from(o));
+  });
+  m.def("flags", &flags_dict);
+  m.def("summary_fields", &summary_fields);
+  m.def("cuda_built", &cuda_built);
+  m.def("check_adamw", [](double lr, double b1, double b2, double eps, double wd) {
+    adamw_params(lr, b1, b2, eps, wd);
+  });
+  m.attr("STATE_FORMAT_VERSION") = gnmr::kStateFormatVersion;
+  m.attr("READBACK_SLOTS") = kReadbackSlots;
+  m.attr("VERSION") = std::to_string(GNMR_VERSION_MAJOR) + "." + std::to_string(GNMR_VERSION_MINOR) + "." +
+                      std::to_string(GNMR_VERSION_PATCH);
+
+  py::class_<HostCore>(m, "HostCore")
+      .def(py::init([](const std::string& preset, const py::dict& o, std::vector<at::Tensor> params,
+                       std::vector<std::uint32_t> units, std::vector<std::string> labels,
+                       std::vector<std::string> names) {
+        const std::size_t n = names.size();
+        return new HostCore(preset, options_from(o), grad_table(std::move(params), std::move(units), std::move(labels), n),
+                            std::move(names));
+      }))
+      .def("step", [](HostCore& c, bool apply) {
+        if (apply) return summary_tuple(c.step(true));
+        gnmr::StepSummary s;
+        {
+          // Nothing here touches a Python object (no gradient is dropped).
+          py::gil_scoped_release release;
+          s = c.step(false);
+        }
+        return summary_tuple(s);
+      })
+      .def("summary", [](const HostCore& c) { return summary_tuple(c.summary()); })
+      .def("decisions", [](const HostCore& c) { return decisions_pair(c.decisions()); })
+      .def("reports", [](const HostCore& c) { return reports_dict(c.reports()); })
+      .def("save", [](const HostCore& c) { return to_bytes(c.save()); })
+      .def("load", [](HostCore& c, const py::bytes& b) { c.load(std::string(b)); })
+      .def("reset", &HostCore::reset)
+      .def_property_readonly("steps_done", &HostCore::steps_done)
+      .def_property_readonly("name", &HostCore::name)
+      .def_property_readonly("max_in_recovery", &HostCore::max_in_recovery)
+      .def_property_readonly("num_units", &HostCore::num_units)
+      .def("open_events", [](HostCore& c, const std::string& p, bool null) { c.logs().open_events(p, null); })
+      .def("close_events", [](HostCore& c) { c.logs().close_events(); })
+      .def("open_trace", [](HostCore& c, const std::string& p) { c.logs().open_trace(p); })
+      .def("close_trace", [](HostCore& c) { c.logs().close_trace(); })
+      .def("flush", [](HostCore& c) { c.logs().flush(); });
+
+  py::class_<CudaCore>(m, "CudaCore")
+      .def(py::init([](const std::string& preset, const py::dict& o, std::vector<at::Tensor> params,
+                       std::vector<std::uint32_t> units, std::vector<std::string> labels,
+                       std::vector<std::string> names, int device) {
+        const std::size_t n = names.size();
+        return new CudaCore(preset, options_from(o), grad_table(std::move(params), std::move(units), std::move(labels), n),
+                            names, device);
+      }))
+      .def("capturing", &CudaCore::capturing)
+      .def("prepare", &CudaCore::prepare)
+      .def("step", &CudaCore::step)
+      .def("next_slot", [](const CudaCore& c) { return c.device().next_slot(); })
+      .def("ready", [](const CudaCore& c, int s) { return c.device().ready(s); })
+      .def("slot_summary", [](const CudaCore& c, int s) {
+        c.device().wait(s);
+        return summary_tuple(c.device().slot_summary(s));
+      })
+      .def("copy_summary", [](const CudaCore& c) { return summary_tuple(c.device().copy_summary()); })
+      .def("decisions", [](CudaCore& c) { return decisions_pair(c.decisions()); })
+      .def("reports", [](const CudaCore& c) { return reports_dict(c.device().copy_reports()); })
+      .def("save", [](const CudaCore& c) { return to_bytes(c.device().save()); })
+      .def("load", [](CudaCore& c, const py::bytes& b) { c.load(std::string(b)); })
+      .def("reset", [](CudaCore& c) { c.device().reset(); })
+      .def_property_readonly("steps_done", [](const CudaCore& c) { return c.device().steps_done(); })
+      .def_property_readonly("name", [](const CudaCore& c) { return c.device().name(); })
+      .def_property_readonly("max_in_recovery", [](const CudaCore& c) { return c.device().max_in_recovery(); })
+      .def_property_readonly("num_units", [](const CudaCore& c) { return c.device().num_units(); })
+      .def_property_readonly("replans", &CudaCore::replans)
+      .def_property_readonly("events_dropped", [](const CudaCore& c) { return c.device().events_dropped(); })
+      .def("open_events", [](CudaCore& c, const std::string& p, bool null) { c.device().open_events(p, null); })
+      .def("close_events", [](CudaCore& c) { c.device().close_events(); })
+      .def("open_trace", [](CudaCore& c, const std::string& p) { c.device().open_trace(p); })
+      .def("close_trace", [](CudaCore& c) { c.device().close_trace(); })
+      .def("flush", [](CudaCore& c) { c.device().flush(); });
+
+  py::class_<HostAdamW>(m, "HostAdamW")
+      .def(py::init([](std::vector<at::Tensor> p, std::vector<std::uint32_t> u, std::vector<at::Tensor> m1,
+                       std::vector<at::Tensor> m2, std::vector<std::string> labels, std::size_t n) {
+        return new HostAdamW(AdamWTable(std::move(p), std::move(u), std::move(m1), std::move(m2), std::move(labels)), n);
+      }))
+      .def("prepare", &HostAdamW::prepare)
+      .def("step", [](HostAdamW& a, const HostCore& c, double lr, double b1, double b2, double eps, double wd) {
+        const gnmr::AdamWParams h = adamw_params(lr, b1, b2, eps, wd);
+        py::gil_scoped_release release;
+        a.step(c, h);
+      })
+      .def("states", [](const HostAdamW& a) { return states_list(a.states()); })
+      .def("set_states", [](HostAdamW& a, const std::vector<std::tuple<std::int64_t, double, double>>& s) {
+        a.set_states(states_from(s));
+      });
+
+  py::class_<CudaAdamW>(m, "CudaAdamW")
+      .def(py::init([](std::vector<at::Tensor> p, std::vector<std::uint32_t> u, std::vector<at::Tensor> m1,
+                       std::vector<at::Tensor> m2, std::vector<std::string> labels, std::size_t n, int device) {
+        return new CudaAdamW(AdamWTable(std::move(p), std::move(u), std::move(m1), std::move(m2), std::move(labels)), n,
+                             device);
+      }))
+      .def("prepare", &CudaAdamW::prepare)
+      .def("step", [](CudaAdamW& a, const CudaCore& c, double lr, double b1, double b2, double eps, double wd,
+                      std::uintptr_t d_lr, std::uintptr_t stream) {
+        a.step(c, adamw_params(lr, b1, b2, eps, wd), reinterpret_cast<const float*>(d_lr), stream);
+      })
+      .def("states", [](const CudaAdamW& a) { return states_list(a.states()); })
+      .def("set_states", [](CudaAdamW& a, const std::vector<std::tuple<std::int64_t, double, double>>& s) {
+        a.set_states(states_from(s));
+      });
+}

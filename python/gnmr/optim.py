@@ -1,0 +1,206 @@
+"""gnmr.optim.AdamW: torch's AdamW with the controller inside its step.
+
+On CUDA, ``step()`` enqueues the per-unit norms, the controller step and
+gnmr's fused guarded AdamW kernel on the current stream: no host sync, no
+allocation, capturable in a CUDA graph. On the CPU it runs the host
+controller and gnmr's host replay of that kernel (the same arithmetic, bit
+for bit). Both honour a unit's decision directly: a skipped unit's weights,
+moments and bias-correction step are left as they were (a select: a NaN
+gradient reaches nothing), a clipped unit's gradient is scaled, a unit
+flagged RESET_MOMENTS restarts from zero moments. When the controller never
+acts, the update is torch.optim.AdamW's to fp32 rounding.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+import torch
+
+from . import _C
+from .controller import Controller
+
+_STATE_KEYS = ("step", "beta1_pow", "beta2_pow")
+
+
+class AdamW(torch.optim.Optimizer):
+    """AdamW guarded by a :class:`gnmr.Controller`.
+
+    Args:
+        params: parameters or parameter groups, as for torch.optim.AdamW;
+            every parameter must be watched by ``controller`` and be float32
+            (the kernel keeps fp32 weights and moments; gradients may be
+            float32, bfloat16 or float16).
+        lr, betas, eps, weight_decay: torch.optim.AdamW's, per group. On
+            CUDA ``lr`` may be a one-element float32 CUDA tensor, read by the
+            kernel (a captured graph then follows an LR schedule).
+        controller: the controller whose decisions guard the update. Do not
+            call ``controller.step()`` yourself: this optimizer does.
+
+    Raises ValueError for invalid hyperparameters (the C++ message), a
+    parameter the controller does not watch, on another device, or not
+    float32; TypeError when ``controller`` is not a Controller.
+
+    Determinism: the update of each element is gnmr::detail::adamw_element
+    (correctly rounded fp32, no FMA contraction), the same bits on the CPU
+    and on the GPU for the same gradients and decisions.
+    """
+
+    def __init__(self, params: Union[Iterable[torch.Tensor], Iterable[Dict[str, Any]]],
+                 lr: Union[float, torch.Tensor] = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 1e-2, *, controller: Controller) -> None:
+        if not isinstance(controller, Controller):
+            raise TypeError(f"gnmr: AdamW needs controller=gnmr.Controller(...), got "
+                            f"{type(controller).__name__}")
+        self.controller = controller
+        self._cores: Optional[List[Any]] = None
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        super().__init__(params, defaults)
+
+    # -------------------------------------------------------------- groups ---
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        """torch's add_param_group, plus gnmr's checks of the new group."""
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        ctl = self.controller
+        for p in group["params"]:
+            ctl.unit_of(p)  # ValueError if not watched
+            if p.dtype != torch.float32:
+                raise ValueError(f"gnmr: AdamW keeps fp32 weights; a parameter is {p.dtype}")
+            if p.device != ctl.device:
+                raise ValueError(f"gnmr: AdamW: a parameter is on {p.device}, the controller on "
+                                 f"{ctl.device}")
+        self._hyper(group)
+        self._cores = None
+
+    def _hyper(self, group: Dict[str, Any]) -> Tuple[Tuple[float, ...], int]:
+        """(lr, beta1, beta2, eps, weight_decay), checked, and the device
+        address of a CUDA tensor lr (0 for none)."""
+        lr = group["lr"]
+        d_lr = 0
+        if isinstance(lr, torch.Tensor):
+            if (lr.device == self.controller.device and lr.is_cuda and lr.dtype == torch.float32
+                    and lr.numel() == 1):
+                d_lr, lr = lr.data_ptr(), 0.0
+            else:
+                lr = float(lr)
+        beta1, beta2 = group["betas"]
+        h = (float(lr), float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]))
+        _C.check_adamw(*h)
+        return h, d_lr
+
+    # --------------------------------------------------------------- state ---
+    def _ensure_cores(self) -> List[Any]:
+        if self._cores is not None:
+            return self._cores
+        ctl = self.controller
+        cuda = ctl.device.type == "cuda"
+        cores = []
+        for k, group in enumerate(self.param_groups):
+            params = group["params"]
+            units = [ctl.unit_of(p) for p in params]
+            for p in params:
+                st = self.state[p]
+                if "exp_avg" not in st:
+                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            ms = [self.state[p]["exp_avg"] for p in params]
+            vs = [self.state[p]["exp_avg_sq"] for p in params]
+            labels = [f"AdamW group {k} parameter {i} (unit {ctl.unit_names[u]!r})"
+                      for i, u in enumerate(units)]
+            if cuda:
+                core = _C.CudaAdamW(params, units, ms, vs, labels, ctl.num_units, ctl.device.index)
+            else:
+                core = _C.HostAdamW(params, units, ms, vs, labels, ctl.num_units)
+            core.set_states(self._unit_states(group, units))
+            cores.append(core)
+        self._cores = cores
+        return cores
+
+    def _unit_states(self, group: Dict[str, Any], units: List[int]) -> List[Tuple[int, float, float]]:
+        """Per-unit (step, beta1^step, beta2^step) from the parameters' state
+        (a torch.optim.AdamW state gets its beta powers recomputed)."""
+        beta1, beta2 = (float(b) for b in group["betas"])
+        states = [(0, 1.0, 1.0)] * self.controller.num_units
+        seen: Dict[int, Tuple[int, float, float]] = {}
+        for p, u in zip(group["params"], units):
+            st = self.state[p]
+            if "step" not in st:
+                continue
+            step = int(st["step"].item() if isinstance(st["step"], torch.Tensor) else st["step"])
+            if "beta1_pow" in st and "beta2_pow" in st:
+                s = (step, float(st["beta1_pow"]), float(st["beta2_pow"]))
+            else:  # as the kernel's running double products: beta^step
+                b1 = b2 = 1.0
+                for _ in range(step):
+                    b1 *= beta1
+                    b2 *= beta2
+                s = (step, b1, b2)
+            if u in seen and seen[u] != s:
+                raise ValueError(f"gnmr: AdamW state: the tensors of unit "
+                                 f"{self.controller.unit_names[u]!r} disagree on the step")
+            seen[u] = s
+            states[u] = s
+        return states
+
+    def state_dict(self) -> Dict[str, Any]:
+        """torch's optimizer state dict; each parameter's entry holds
+        exp_avg, exp_avg_sq and its unit's step, beta1_pow and beta2_pow
+        (Python numbers, kept exact: the per-unit bias-correction state lives
+        in the C++ core, not in ``self.state``). Synchronises on CUDA."""
+        sd = super().state_dict()
+        if self._cores is None:
+            return sd
+        packed = sd["state"]
+        for group, packed_group, core in zip(self.param_groups, sd["param_groups"], self._cores):
+            states = core.states()
+            for p, idx in zip(group["params"], packed_group["params"]):
+                if idx in packed:
+                    step, b1, b2 = states[self.controller.unit_of(p)]
+                    # A copy: packed[idx] is the very dict of self.state[p].
+                    packed[idx] = dict(packed[idx], step=int(step), beta1_pow=float(b1),
+                                       beta2_pow=float(b2))
+        return sd
+
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """torch's load_state_dict; a torch.optim.AdamW state dict loads too
+        (its per-tensor steps become the units' steps)."""
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:  # a bad state raises here, not mid-step
+            self._unit_states(group, [self.controller.unit_of(p) for p in group["params"]])
+        self._cores = None
+
+    # ---------------------------------------------------------------- step ---
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        """Zeroes the gradients in place by default (unlike torch 2.x), so
+        their buffers keep their addresses and the CUDA plans stay valid;
+        ``set_to_none=True`` works too, at the cost of a re-plan (an
+        allocation and a sync) whenever autograd reallocates a buffer."""
+        super().zero_grad(set_to_none=set_to_none)
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], Any]] = None) -> Any:
+        """Norms, one controller step and the guarded AdamW update of every
+        group. Returns the closure's loss (torch's contract); the step's
+        summary is ``controller.last_summary``. Everything is checked before
+        anything changes."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        hyper = [self._hyper(g) for g in self.param_groups]
+        cores = self._ensure_cores()
+        ctl = self.controller
+        if ctl.device.type == "cuda":
+            stream = torch.cuda.current_stream(ctl.device).cuda_stream
+            for core in cores:
+                core.prepare(stream)
+            ctl._step(apply=False)
+            for core, (h, d_lr) in zip(cores, hyper):
+                core.step(ctl._core, *h, d_lr, stream)
+        else:
+            for core in cores:
+                core.prepare()
+            ctl._step(apply=False)
+            for core, (h, _) in zip(cores, hyper):
+                core.step(ctl._core, *h)
+        return loss

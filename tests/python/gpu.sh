@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# tests/python/gpu.sh — the Python package on a GPU machine (PyTorch with
+# CUDA, nvcc, no package registry), in one call of the device tool:
+#
+#   bash tests/python/gpu.sh
+#
+# 1. builds the package for the GPU's architecture (pip install
+#    --no-build-isolation ./python, GNMR_CUDA=1, TORCH_CUDA_ARCH_LIST from
+#    the visible GPU unless set) into a venv over the python that imports a
+#    CUDA torch ($GNMR_PYTHON, python3, /usr/bin/python3);
+# 2. builds the two C++ references of the decision tests (gnmr_py_reference,
+#    gnmr-replay) with g++ alone: the GPU machine has no Catch2;
+# 3. runs tests/python with GNMR_PY_REQUIRE_GPU=1 (the CUDA tests fail
+#    instead of skipping when the GPU or the CUDA build is missing);
+# 4. runs bench_adamw_gpu.py (docs/performance.md, "Python package").
+# Logs go to $OUT (the device tool brings them back) or build-gpu-python/out.
+set -uo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$root"
+b="$root/build-gpu-python"
+out="${OUT:-$b/out}"
+mkdir -p "$b" "$out"
+
+py=""
+for cand in "${GNMR_PYTHON:-}" python3 /usr/bin/python3; do
+  [ -n "$cand" ] && command -v "$cand" >/dev/null 2>&1 || continue
+  if "$cand" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" >/dev/null 2>&1; then
+    py="$cand"
+    break
+  fi
+done
+[ -n "$py" ] || { echo "gpu.sh: no python3 with a CUDA torch and a visible GPU" >&2; exit 1; }
+"$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
+nvcc --version | tail -1
+
+# --- 1. the package -------------------------------------------------------------
+if "$py" -m venv --clear --system-site-packages "$b/venv" >/dev/null 2>&1; then
+  vpy="$b/venv/bin/python"
+  install=("$vpy" -m pip install --no-build-isolation --no-index ./python)
+else  # no venv module: a private target directory instead
+  vpy="$py"
+  rm -rf "$b/site"
+  install=("$py" -m pip install --no-build-isolation --no-index --target "$b/site" ./python)
+  export PYTHONPATH="$b/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export GNMR_CUDA=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}"
+if ! "${install[@]}" -v >"$out/pip.log" 2>&1; then
+  tail -n 60 "$out/pip.log"
+  echo "gpu.sh: the package did not build (log: $out/pip.log)" >&2
+  exit 1
+fi
+grep -E "nvcc|arch=" "$out/pip.log" | head -n 3
+"$vpy" -c "import gnmr; assert gnmr.cuda_built(); print('gnmr', gnmr.__version__, 'with CUDA')" || exit 1
+
+# --- 2. the C++ references ------------------------------------------------------
+cxx=(g++ -O2 -std=c++17 -ffp-contract=off -Iinclude)
+"${cxx[@]}" tests/python/reference.cpp -o "$b/gnmr_py_reference" || exit 1
+"${cxx[@]}" tools/replay.cpp -o "$b/gnmr-replay" || exit 1
+
+# --- 3. tests -------------------------------------------------------------------
+rc=0
+if ! "$vpy" -c "import pytest" >/dev/null 2>&1; then
+  echo "gpu.sh: this python has no pytest: tests not run (the benchmark still runs)" | tee "$out/pytest.log"
+  rc=1
+else
+(cd "$b" && GNMR_PY_REQUIRE_GPU=1 GNMR_PY_REFERENCE="$b/gnmr_py_reference" GNMR_REPLAY="$b/gnmr-replay" \
+  timeout 900 "$vpy" -m pytest -q -p no:cacheprovider -rs "$root/tests/python") 2>&1 | tee "$out/pytest.log"
+rc=${PIPESTATUS[0]}
+fi
+
+# --- 4. benchmark ---------------------------------------------------------------
+timeout 600 "$vpy" tests/python/bench_adamw_gpu.py 2>&1 | tee "$out/bench.log"
+exit "$rc"

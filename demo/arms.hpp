@@ -3,12 +3,9 @@
 //
 // An arm is a controller name, overrides, a promotion source and a
 // precision. Controllers come from gnmr's preset table (presets::make,
-// cuda::make_device) whenever the library has the name; the few the
-// benchmark needs before the library ships them are built here from the
-// same policies (bench_controller below). When the library gains a name,
-// the library's preset is used automatically and the run's cache key
-// changes with it (controller_source() is part of the key), so no stale
-// result is reused.
+// cuda::make_device); controller_source() is part of a run's cache key, so
+// results of the stand-ins the benchmark used before the library shipped
+// gnmr-promote and gnmr-clip are never reused.
 //
 // No torch and no CUDA header here: cuda_backend.cu builds the device twin
 // of the same controller through with_arm_controller().
@@ -42,8 +39,7 @@ struct ArmDef {
 };
 
 // The arm table. Switching an arm to a library preset is a one-word change
-// of its controller field (and nothing at all for gnmr-promote / gnmr-clip,
-// see bench_controller).
+// of its controller field.
 inline const std::vector<ArmDef>& arm_table() {
   using P = PromoteFrom;
   static const std::vector<ArmDef> t = {
@@ -54,7 +50,7 @@ inline const std::vector<ArmDef>& arm_table() {
        "GNMR signal; promote the operator for the lock and clip to kappa*mu"},
       {"gnmr-clip", "gnmr-clip", {}, P::kController, Table::kNone, false, false, "", "GNMR signal; clip only"},
       {"gnmr-systemic", "gnmr-systemic", {}, P::kController, Table::kNone, false, false, "",
-       "GNMR with the systemic rule (needs the library's gnmr-systemic preset)"},
+       "GNMR with the systemic rule (the preset gnmr-systemic)"},
       {"random-at-triggers", "gnmr-promote", {}, P::kRedirect, Table::kNone, false, false, "",
        "gnmr-promote's controller and clips, each promotion moved to a random operator"},
       {"random", "none", {}, P::kTable, Table::kRandom, false, false, "gnmr-promote",
@@ -77,17 +73,14 @@ inline bool library_has(const std::string& preset) {
   return std::find(n.begin(), n.end(), preset) != n.end();
 }
 
-// The controllers the benchmark builds itself while the library lacks them.
-inline bool bench_has(const std::string& c) { return c == "gnmr-promote" || c == "gnmr-clip"; }
+// "lib": part of a run's cache key, so results from the benchmark's own
+// stand-ins (before the library shipped gnmr-promote/gnmr-clip) are never reused.
+inline const char* controller_source(const std::string& c) { return library_has(c) ? "lib" : "missing"; }
 
-// "lib" or "bench": part of a run's cache key (see the file comment).
-inline const char* controller_source(const std::string& c) {
-  return library_has(c) ? "lib" : bench_has(c) ? "bench" : "missing";
-}
-
-// Arms usable with this library build (gnmr-systemic appears when it lands).
+// Arms usable with this library build (every arm of the table, since the
+// library has gnmr-promote, gnmr-clip and gnmr-systemic).
 inline bool arm_available(const ArmDef& a) {
-  return a.controller.find('+') != std::string::npos || library_has(a.controller) || bench_has(a.controller);
+  return a.controller.find('+') != std::string::npos || library_has(a.controller);
 }
 
 inline const ArmDef& find_arm(const std::string& name) {
@@ -103,23 +96,11 @@ inline const ArmDef& find_arm(const std::string& name) {
   throw std::invalid_argument("unknown arm '" + name + "'; arms: " + all);
 }
 
-// f(typed controller) for a preset name (library first, then the bench's
-// own). gnmr-promote: GNMR's default signal and budget with
-// Compose<ClipToMean, PromotePrecision>, the gnmr overrides; gnmr-clip:
-// today's gnmr preset under its own name.
+// f(typed controller) for a preset name: the library's preset table.
 template <class F>
 auto with_arm_controller(const std::string& name, std::size_t units, const gnmr::presets::Options& o, F&& f)
     -> decltype(f(gnmr::presets::pass_through(1))) {
-  namespace d = gnmr::presets::detail;
-  if (library_has(name)) return gnmr::presets::with_preset(name, units, o, f);
-  if (name == "gnmr-clip") return gnmr::presets::with_preset("gnmr", units, o, f);
-  if (name == "gnmr-promote") {
-    d::check_overrides(d::find_preset("gnmr"), o);
-    gnmr::Compose<gnmr::ClipToMean, gnmr::PromotePrecision> rec{gnmr::ClipToMean{}, {}};
-    if (o.kappa) rec.first.kappa = *o.kappa;
-    return d::gnmr_any_mean(units, rec, o, f);
-  }
-  return gnmr::presets::with_preset(name, units, o, f);  // throws: unknown name
+  return gnmr::presets::with_preset(name, units, o, f);  // throws for an unknown name
 }
 
 // --- overrides as text (cache keys, logs) ---------------------------------
@@ -142,6 +123,12 @@ inline std::string options_text(const gnmr::presets::Options& o) {
   if (o.z) put("z", *o.z);
   if (o.clip_factor) put("clip_factor", *o.clip_factor);
   if (o.mean) put("mean", *o.mean);
+  if (o.systemic_action) put("systemic_action", *o.systemic_action);
+  if (o.systemic_share) put("systemic_share", *o.systemic_share);
+  if (o.systemic_maxo) put("systemic_maxo", *o.systemic_maxo);
+  if (o.systemic_kappa) put("systemic_kappa", *o.systemic_kappa);
+  if (o.systemic_beta) put("systemic_beta", *o.systemic_beta);
+  if (o.deny_kappa) put("deny_kappa", *o.deny_kappa);
   return s.str();
 }
 

@@ -151,6 +151,12 @@ inline void parse_gnmr_set(gnmr::presets::Options& o, const std::string& text) {
     else if (k == "lock") o.lock = to_long(f, v, 1, 1000000);
     else if (k == "cooldown") o.cooldown = to_long(f, v, 0, 1000000);
     else if (k == "mean") o.mean = v;
+    else if (k == "systemic_action") o.systemic_action = v;
+    else if (k == "systemic_share") o.systemic_share = to_double(f, v);
+    else if (k == "systemic_maxo") o.systemic_maxo = to_double(f, v);
+    else if (k == "systemic_kappa") o.systemic_kappa = static_cast<float>(to_double(f, v));
+    else if (k == "systemic_beta") o.systemic_beta = static_cast<float>(to_double(f, v));
+    else if (k == "deny_kappa") o.deny_kappa = static_cast<float>(to_double(f, v));
     else throw std::invalid_argument("--gnmr-set: unknown key '" + k + "'");
   }
 }
@@ -202,7 +208,7 @@ inline const std::vector<Setting>& settings() {
       {"--detect-k", "detection window in steps after an event's start", [](R& c, S v) { c.detect_k = static_cast<int>(to_long("--detect-k", v, 0, 1000)); }},
       {"--max-o", "gnmr controllers: units in recovery at once", [](R& c, S v) { c.arm.overrides.max_o = to_long("--max-o", v, 1, 1000000); }},
       {"--gnmr-warmup", "gnmr controllers: samples before a verdict", [](R& c, S v) { c.arm.overrides.warmup = to_long("--gnmr-warmup", v, 0, 1000000); }},
-      {"--gnmr-set", "gnmr controllers: overrides k=v[,k=v] (tau, delta, lock, kappa, max_o, ...)",
+      {"--gnmr-set", "gnmr controllers: overrides k=v[,k=v] (tau, delta, lock, kappa, max_o, systemic_action, systemic_share, deny_kappa, ...)",
        [](R& c, S v) { parse_gnmr_set(c.arm.overrides, v); }},
       {"--data", "a text file, or a directory of text files", [](R& c, S v) { c.data = v; }},
       {"--device", "cpu | cuda", [](R& c, S v) {
@@ -237,6 +243,12 @@ inline void merge_arm(RunConfig& c, const ArmDef& a) {
   if (given.lock) o.lock = given.lock;
   if (given.cooldown) o.cooldown = given.cooldown;
   if (given.mean) o.mean = given.mean;
+  if (given.systemic_action) o.systemic_action = given.systemic_action;
+  if (given.systemic_share) o.systemic_share = given.systemic_share;
+  if (given.systemic_maxo) o.systemic_maxo = given.systemic_maxo;
+  if (given.systemic_kappa) o.systemic_kappa = given.systemic_kappa;
+  if (given.systemic_beta) o.systemic_beta = given.systemic_beta;
+  if (given.deny_kappa) o.deny_kappa = given.deny_kappa;
 }
 
 }  // namespace demo

@@ -7,6 +7,12 @@
 #                                                 machine has no fortunes package
 #   device run:  bash bench/gpu-demo.sh             (carry: [".fortunes"])
 #                bash bench/gpu-demo.sh --seeds "1" --steps 100   a shorter run
+#   benchmark:   bash bench/gpu-demo.sh --seeds "" --suite "--scenario operator-outliers
+#                  --arms all --seeds 1-5 --layers 8 --width 256 --jobs 4"
+#                the stability benchmark's suite on --device cuda (docs/stability.md,
+#                "On a GPU"); its results.csv and summary table come back too.
+#                A suite that outlives one call resumes from its cache in
+#                build-gpu-demo/suite/runs on the next (same warm machine).
 #
 # Builds gnmr-demo against the libtorch inside python3's PyTorch (CUDA) with
 # the demo's CUDA step (gnmr's NormPlan, device controller and fused AdamW),
@@ -15,7 +21,8 @@
 # each seed; the tables are printed last.
 #
 # The device tool brings back at most 8 files from $OUT, so everything goes
-# into 7: demo-configure.log, demo-build.log, demo-smoke.log, demo-runs.log
+# into 7 (9 with --suite: suite-table.txt, suite-results.csv; then drop
+# --seeds to stay within 8): demo-configure.log, demo-build.log, demo-smoke.log, demo-runs.log
 # (every seed's output), summary.csv (every seed's, with a seed column),
 # steps-seed<first>.csv and demo-results.tar.gz (each run's directory: its
 # summary, steps and per-controller trace CSVs). Without $OUT they go to
@@ -32,10 +39,12 @@ if [ "${1:-}" = "--stage" ]; then
 fi
 seeds="1 2 3"
 steps=""
+suite=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --seeds) seeds="$2"; shift 2 ;;
     --steps) steps="--steps $2"; shift 2 ;;
+    --suite) suite="$2"; shift 2 ;;
     *) echo "unknown argument $1"; exit 2 ;;
   esac
 done
@@ -154,8 +163,19 @@ for s in $seeds; do
   fi
   [ "$s" = "$first" ] && cp "$build/seed$s/steps.csv" "$out/steps-seed$s.csv" 2>/dev/null
 done
+if [ -n "$suite" ]; then
+  stamp "benchmark suite, --device cuda: $suite"
+  # shellcheck disable=SC2086
+  timeout "$(budget 540 20)" "$demo" --device cuda $suite --data "$data" --out "$build/suite" \
+    >"$out/suite-table.txt" 2>"$build/suite.log"
+  rc=$?
+  [ $rc = 0 ] || { rc_all=$rc; tail -20 "$build/suite.log"; }
+  tail -5 "$build/suite.log" >>"$out/suite-table.txt"
+  cp "$build/suite/results.csv" "$out/suite-results.csv" 2>/dev/null
+  cat "$out/suite-table.txt"
+fi
 dirs=()
-for d in smoke $(for s in $seeds; do echo "seed$s"; done); do [ -d "$build/$d" ] && dirs+=("$d"); done
+for d in smoke suite/summary.csv $(for s in $seeds; do echo "seed$s"; done); do [ -e "$build/$d" ] && dirs+=("$d"); done
 [ ${#dirs[@]} -gt 0 ] && tar -czf "$out/demo-results.tar.gz" -C "$build" "${dirs[@]}"
 
 stamp "tables"

@@ -1,19 +1,22 @@
 // demo/cuda_backend.hpp — gnmr-demo's GPU step: gnmr's CUDA backend on the
 // model's own CUDA tensors.
 //
-// On --device cuda the demo does what the library is for: per-unit partial
-// norms (gnmr::cuda::NormPlan), the controller step on the device
-// (gnmr::cuda::make_device, same preset table as the CPU run) and the fused
-// guarded AdamW (gnmr::cuda::adamw_step) over the parameters, gradients and
-// moments that libtorch allocated — three launches on the default stream,
-// the one libtorch uses. This header has no CUDA and no torch include: the
-// .cu side is compiled by nvcc, the torch side by the host compiler, and
-// only raw device pointers cross (cuda_backend.cu; cuda_backend_none.cpp
-// when the demo is built without nvcc).
+// On --device cuda one step is, on the default stream libtorch uses:
+// per-unit partial norms (gnmr::cuda::NormPlan; an operator's weight and
+// bias are two segments of one unit), the arm's controller on the device
+// (gnmr::cuda::make_device, or the device twin of the benchmark's own
+// controllers, arms.hpp), the recipe's global clip (recipe.hpp, one-thread
+// kernel), the fused guarded AdamW (gnmr::cuda::adamw_step) over the
+// parameters, gradients and moments libtorch allocated, and the promotion
+// mask of the next step (promotion.hpp, one-thread kernel) into a device
+// byte array that the quantized layers read through torch::where. The
+// promotion path therefore never waits for the host. This header has no
+// CUDA and no torch include: only raw device pointers cross
+// (cuda_backend.cu; cuda_backend_none.cpp when built without nvcc).
 //
-// The library needs no host synchronisation; the demo reads the step's
-// summary back every step because its CSV and its "never above maxO" check
-// want it (libtorch's loss.item() synchronises each step anyway).
+// The demo copies the step's summary and decisions back every step because
+// its CSV and its "never above maxO" check want them (libtorch's
+// loss.item() synchronises each step anyway); the library needs neither.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +27,7 @@
 #include "gnmr/detail/adamw.hpp"  // gnmr::AdamWParams (plain C++)
 #include "gnmr/preset_select.hpp"
 #include "gnmr/types.hpp"
+#include "promotion.hpp"
 
 namespace demo {
 
@@ -33,7 +37,21 @@ struct CudaTensorRef {  // device pointers, fp32, contiguous, fixed addresses
   float* exp_avg;
   float* exp_avg_sq;
   std::uint64_t numel;
-  bool decay;  // weight decay applies (matrices), or not (biases, LayerNorm)
+  bool decay;          // weight decay applies (matrices), or not (biases, LayerNorm)
+  std::uint32_t unit;  // its gnmr unit (operator: weight and bias share one)
+};
+
+struct CudaArm {
+  std::string controller;  // a preset name (arms.hpp: library or bench)
+  gnmr::presets::Options options;
+  bool global = false;     // one unit: the sum of every partial
+  std::size_t units = 0;   // per-unit controllers
+  float recipe_clip = 0.0f;
+  PromoteFrom promote = PromoteFrom::kNone;
+  std::uint64_t seed = 0;
+  std::vector<std::int32_t> op_of_unit;  // [units]
+  std::uint32_t ops = 0;
+  std::vector<std::uint8_t> table;       // kTable: [steps + 1][ops], row t = step t
 };
 
 class CudaBackend {
@@ -41,27 +59,25 @@ class CudaBackend {
   // True when this binary has the CUDA step (built with nvcc).
   static bool built();
 
-  // preset/options as for gnmr::presets::make; global presets get one unit
-  // that every tensor maps to, the others one unit per tensor.
-  CudaBackend(const std::string& preset, const gnmr::presets::Options& options, bool global,
-              const std::vector<CudaTensorRef>& tensors);
+  CudaBackend(const CudaArm& arm, const std::vector<CudaTensorRef>& tensors);
   ~CudaBackend();
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
-  std::size_t num_units() const;
+  std::size_t num_units() const;  // the controller's (1 for a global preset)
   std::uint32_t max_in_recovery() const;
+  // Device bytes [ops]: 1 = the operator runs in high precision this step.
+  std::uint8_t* promoted_mask();
 
-  // One guarded optimizer step: partials, controller, fused AdamW. Then the
-  // summary and the decisions (and the reports, with_reports) are copied
-  // back into buffers reused every step (see above). *control_ms gets the
-  // time of the norms + controller kernels (CUDA events), the CPU run's
-  // definition.
-  const gnmr::StepSummary& step(const gnmr::AdamWParams& h, double* control_ms, bool with_reports);
+  // One guarded optimizer step (step t), then the mask for step t+1. The
+  // summary and the model-unit decisions (after the recipe's clip) are
+  // copied back (reports too, with_reports). *control_ms: norms +
+  // controller kernels (CUDA events); *clip_factor, *total: the recipe's.
+  const gnmr::StepSummary& step(const gnmr::AdamWParams& h, std::int64_t t, double* control_ms,
+                                float* clip_factor, float* total, bool with_reports);
 
-  // The last step's host copies (reports: empty unless asked for).
-  const std::vector<gnmr::UnitDecision>& decisions() const;
-  const std::vector<gnmr::UnitReport>& reports() const;
+  const std::vector<gnmr::UnitDecision>& decisions() const;  // per model unit
+  const std::vector<gnmr::UnitReport>& reports() const;      // per controller unit
 
  private:
   struct Impl;

@@ -1,125 +1,184 @@
-// demo/quant.hpp — emulated low-precision activations and injected gradient
-// faults: the two stresses gnmr-demo puts on an otherwise ordinary run.
+// demo/quant.hpp — quantize-dequantize of one GEMM operand, as a training
+// recipe does it: the format (formats.hpp), the scaling (per-tensor current,
+// per-tensor delayed with an amax history, or NVFP4-like 16-element blocks)
+// and the operator's promotion to high precision.
 //
-// Quantization is a per-tensor-scaled quantize-dequantize of a linear layer's
-// input onto the FP8 E4M3 or FP4 E2M1 grid (OCP formats: E4M3 max 448, no
-// infinities; E2M1 values 0, 0.5, 1, 1.5, 2, 3, 4, 6), round to nearest even,
-// with a straight-through backward: y = x + (q(x) - x).detach(). Per-tensor
-// amax scaling is what a naive FP8/FP4 recipe does; one outlier activation
-// then crushes every other value of the tensor toward zero — that is the
-// stress (real FP4 recipes use 16- or 32-element block scales).
+// Two implementations of the same arithmetic: loops over the raw floats on
+// the CPU (the benchmark's hot path: one pass for the amax, one to round),
+// and torch tensor ops for CUDA tensors, so that on a GPU the scale, the
+// amax history and the promoted select stay on the device (no host
+// synchronisation). tests/demo/test_quant.cpp checks that both give the bits
+// of a double-precision reference.
 //
-// Faults model what low-precision training produces in the wild: a single
-// unit's gradient blown up by an overflowing partial product, or a NaN/Inf
-// from an overflow. The schedule is drawn once from the seed, so every
-// controller of a comparison meets the same faults at the same steps.
+// Delayed scaling follows Transformer Engine: scale = format max / max(amax
+// history), margin 0; the current step's amax is pushed after use; values
+// above the stale range saturate. Our choice for the first use (empty
+// history): this step's own amax, i.e. current scaling once, rather than
+// TE's initial scale of 1 (which would flush an FP4 tensor to zero).
 #pragma once
 
-#include <cmath>
+#include <algorithm>
 #include <cstdint>
-#include <random>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include <torch/torch.h>
 
+#include "formats.hpp"
+
 namespace demo {
 
-enum class Stress { kNone, kFp8, kFp4 };
+enum class Scaling : std::uint8_t { kCurrent, kDelayed, kBlock16 };
 
-inline Stress parse_stress(const std::string& s) {
-  if (s == "none") return Stress::kNone;
-  if (s == "fp8") return Stress::kFp8;
-  if (s == "fp4") return Stress::kFp4;
-  throw std::invalid_argument("--stress must be none, fp8 or fp4, got '" + s + "'");
+inline const char* scaling_name(Scaling s) {
+  return s == Scaling::kDelayed ? "delayed" : s == Scaling::kBlock16 ? "block16" : "current";
 }
-inline const char* stress_name(Stress s) {
-  return s == Stress::kFp8 ? "fp8" : s == Stress::kFp4 ? "fp4" : "none";
+inline Scaling parse_scaling(const std::string& s) {
+  static const Scaling all[] = {Scaling::kCurrent, Scaling::kDelayed, Scaling::kBlock16};
+  return parse_named(s, all, scaling_name, "scaling");
 }
 
-struct FloatGrid {
-  int mantissa_bits;  // explicit mantissa bits
-  int emin;           // exponent of the smallest normal
-  double max;         // largest finite value
-};
-inline FloatGrid grid_of(Stress s) {
-  if (s == Stress::kFp8) return {3, -6, 448.0};
-  return {1, 0, 6.0};  // E2M1
-}
+// What a run quantizes. Forward: the GEMM's activation input (fwd_x) and
+// weight (fwd_w); backward: the output gradient (bwd) in the data-gradient
+// GEMM, and, with wgrad, both inputs of the weight-gradient GEMM (the
+// activation in fwd_x's format, the output gradient in bwd's).
+struct QuantConfig {
+  Fmt fwd_x = Fmt::kNone, fwd_w = Fmt::kNone, bwd = Fmt::kNone;
+  Scaling scaling = Scaling::kCurrent;
+  bool wgrad = false;
+  int history = 16;  // amax history length (delayed scaling)
 
-// Nearest grid value (ties to even) of t = x * scale, then back to x's range.
-// frexp gives the exponent exactly (log2 would round up just below a power
-// of two); below the smallest normal the spacing is that of the subnormals.
-inline torch::Tensor quantize_dequantize(const torch::Tensor& x, Stress s) {
-  if (s == Stress::kNone) return x;
-  torch::NoGradGuard ng;
-  const FloatGrid g = grid_of(s);
-  const auto xf = x.to(torch::kFloat);
-  const auto amax = xf.abs().max().clamp_min(1e-30);
-  const auto scale = g.max / amax;
-  const auto t = (xf * scale).clamp(-g.max, g.max);
-  auto e = std::get<1>(torch::frexp(t)).to(torch::kFloat) - 1.0;  // floor(log2|t|)
-  e = e.clamp_min(static_cast<double>(g.emin));
-  const auto step = torch::pow(2.0, e - static_cast<double>(g.mantissa_bits));
-  const auto q = (torch::round(t / step) * step).clamp(-g.max, g.max);
-  return (q / scale).to(x.scalar_type());
-}
-
-// Straight-through estimator: forward sees q(x), backward is the identity.
-inline torch::Tensor fake_quant(const torch::Tensor& x, Stress s) {
-  if (s == Stress::kNone) return x;
-  return x + (quantize_dequantize(x.detach(), s) - x.detach());
-}
-
-enum class FaultKind { kScale, kNan, kMixed };
-
-inline FaultKind parse_fault_kind(const std::string& s) {
-  if (s == "scale") return FaultKind::kScale;
-  if (s == "nan") return FaultKind::kNan;
-  if (s == "mixed") return FaultKind::kMixed;
-  throw std::invalid_argument("--fault-kind must be scale, nan or mixed, got '" + s + "'");
-}
-
-struct Fault {
-  int unit = -1;       // -1: no fault this step
-  bool nonfinite = false;
-  std::int64_t element = 0;  // which element becomes NaN/Inf (mod numel)
-  bool inf = false;    // +Inf instead of NaN
-};
-
-// One entry per step (index 0 = step 1). Drawn from its own generator so
-// the schedule does not depend on how many batches or inits were drawn.
-inline std::vector<Fault> fault_schedule(int steps, double rate, FaultKind kind, int num_units,
-                                         std::uint64_t seed) {
-  if (!(rate >= 0.0 && rate <= 1.0)) throw std::invalid_argument("--fault-rate must be in [0, 1]");
-  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  std::uniform_int_distribution<int> unit(0, num_units - 1);
-  std::vector<Fault> f(static_cast<std::size_t>(steps));
-  for (auto& x : f) {
-    const double a = u(rng), b = u(rng), c = u(rng);
-    const int un = unit(rng);
-    const auto el = static_cast<std::int64_t>(rng() >> 1);
-    if (a >= rate) continue;
-    x.unit = un;
-    x.nonfinite = kind == FaultKind::kNan || (kind == FaultKind::kMixed && b < 0.25);
-    x.inf = c < 0.5;
-    x.element = el;
+  bool any() const { return fwd_x != Fmt::kNone || fwd_w != Fmt::kNone || bwd != Fmt::kNone; }
+  void check() const {
+    if (history < 1 || history > 1024) throw std::invalid_argument("--amax-history must be in [1, 1024]");
+    if (scaling == Scaling::kBlock16)
+      for (Fmt f : {fwd_x, fwd_w, bwd})
+        if (f != Fmt::kNone && f != Fmt::kE2M1)
+          throw std::invalid_argument("block16 scaling is NVFP4's: every quantized operand must be e2m1");
   }
-  return f;
+};
+
+// One operand's amax history: a float tensor on the model's device (a ring;
+// only its max matters) and a host count of pushes.
+struct AmaxHistory {
+  torch::Tensor h;
+  std::int64_t count = 0;
+
+  void init(int len, torch::Device dev) {
+    h = torch::zeros({len}, torch::TensorOptions().dtype(torch::kFloat).device(dev));
+    count = 0;
+  }
+  void push(const torch::Tensor& amax0d) {  // device path
+    h.select(0, count % h.size(0)).copy_(amax0d);
+    ++count;
+  }
+  void push(float amax) {  // CPU path
+    h.data_ptr<float>()[count % h.size(0)] = amax;
+    ++count;
+  }
+  float max_host() const {
+    const float* p = h.data_ptr<float>();
+    return *std::max_element(p, p + h.size(0));
+  }
+};
+
+// Whether the operator runs in high precision this step: a host flag on the
+// CPU, a 0-dim bool tensor on the device (written by the promotion kernel).
+struct Promoted {
+  bool host = false;
+  torch::Tensor dev;  // undefined on the CPU
+};
+
+// --- the torch-op implementation (CUDA; also run on the CPU by the test) --
+
+inline torch::Tensor pow2_t(const torch::Tensor& e_int) {  // 2^e from its bits, e in [-126, 127]
+  return ((e_int + 127) * 8388608).to(torch::kInt).view(torch::kFloat);
 }
 
-// Applies a fault to one parameter's gradient in place.
-inline void inject(torch::Tensor& grad, const Fault& f, double factor) {
-  torch::NoGradGuard ng;
-  if (f.nonfinite) {
-    auto flat = grad.view({-1});
-    const auto i = f.element % flat.numel();
-    flat[i] = f.inf ? INFINITY : NAN;
+// round_to_grid, elementwise.
+inline torch::Tensor round_to_grid_t(const torch::Tensor& t, const FmtInfo& f) {
+  const auto a = t.abs();
+  const auto e = (std::get<1>(torch::frexp(a)) - 1).clamp_min(f.emin);  // floor(log2 a), int
+  const auto s = e - f.mant;
+  auto q = torch::round(a * pow2_t(-s)) * pow2_t(s);
+  q = torch::where(a >= f.max, torch::full_like(q, f.max), q);
+  return torch::where(torch::isfinite(t), torch::copysign(q, t), t);
+}
+
+inline torch::Tensor finite_amax_t(const torch::Tensor& x) {
+  const auto a = x.abs();
+  return torch::where(torch::isfinite(a), a, torch::zeros_like(a)).max();
+}
+
+inline torch::Tensor scale_for_t(const torch::Tensor& amax, float fmt_max) {
+  const auto s = (fmt_max / amax).clamp_max(FLT_MAX);
+  return torch::where(amax > 0, s, torch::ones_like(s));
+}
+
+inline torch::Tensor qdq_scaled_t(const torch::Tensor& x, const torch::Tensor& scale, const FmtInfo& f) {
+  return round_to_grid_t(x * scale, f) / scale;
+}
+
+// qdq_nvfp4 on a 2-D tensor, blocks of 16 along dim 1.
+inline torch::Tensor qdq_nvfp4_t(const torch::Tensor& x) {
+  const FmtInfo e4m3 = fmt_info(Fmt::kE4M3), e2m1 = fmt_info(Fmt::kE2M1);
+  const auto rows = x.size(0), cols = x.size(1);
+  const auto nb = (cols + kNvfp4Block - 1) / kNvfp4Block;
+  auto xp = torch::constant_pad_nd(x, {0, nb * kNvfp4Block - cols}).view({rows, nb, kNvfp4Block});
+  const auto g = finite_amax_t(x) / (e2m1.max * e4m3.max);
+  const auto ab = xp.abs();
+  const auto bmax = torch::where(torch::isfinite(ab), ab, torch::zeros_like(ab)).amax(-1, true);
+  const auto bs = torch::where(g > 0, round_to_grid_t(bmax / e2m1.max / g, e4m3), torch::zeros_like(bmax));
+  const auto sc = bs * g;
+  auto q = torch::where(sc > 0, round_to_grid_t(xp / sc, e2m1) * sc, torch::zeros_like(xp));
+  q = torch::where(torch::isfinite(xp), q, xp);
+  return q.view({rows, nb * kNvfp4Block}).slice(1, 0, cols);
+}
+
+// --- one GEMM operand ------------------------------------------------------
+
+// x: a contiguous 2-D float tensor whose dim 1 is the GEMM's reduction dim.
+// Returns the operand the GEMM uses: x itself for format none or a promoted
+// operator, its quantize-dequantize otherwise. With delayed scaling the
+// history is read before and fed after (promoted or not); hist may be null
+// for block16 and current scaling.
+inline torch::Tensor operand(const torch::Tensor& x, Fmt fmt, Scaling sc, AmaxHistory* hist,
+                             const Promoted& pro) {
+  if (fmt == Fmt::kNone) return x;
+  const FmtInfo f = fmt_info(fmt);
+  const bool delayed = sc == Scaling::kDelayed;
+  if (delayed && !hist) throw std::logic_error("operand: delayed scaling without a history");
+  if (x.is_cpu()) {
+    const auto xc = x.contiguous();
+    const float* xp = xc.data_ptr<float>();
+    const auto n = static_cast<std::size_t>(xc.numel());
+    const float amax = finite_amax(xp, n);
+    if (pro.host) {
+      if (delayed) hist->push(amax);
+      return x;
+    }
+    auto y = torch::empty_like(xc);
+    if (sc == Scaling::kBlock16) {
+      qdq_nvfp4(xp, y.data_ptr<float>(), static_cast<std::size_t>(xc.size(0)),
+                static_cast<std::size_t>(xc.size(1)));
+      return y;
+    }
+    const float ref = delayed && hist->count > 0 ? hist->max_host() : amax;
+    qdq_scaled(xp, y.data_ptr<float>(), n, scale_for(ref, f.max), f);
+    if (delayed) hist->push(amax);
+    return y;
+  }
+  torch::Tensor y;
+  const auto amax = finite_amax_t(x);
+  if (sc == Scaling::kBlock16) {
+    y = qdq_nvfp4_t(x);
   } else {
-    grad.mul_(factor);
+    const auto ref = delayed && hist->count > 0 ? hist->h.max() : amax;
+    y = qdq_scaled_t(x, scale_for_t(ref, f.max), f);
   }
+  if (delayed) hist->push(amax);
+  if (pro.dev.defined()) return torch::where(pro.dev, x, y);
+  return pro.host ? x : y;
 }
 
 }  // namespace demo

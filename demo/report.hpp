@@ -1,14 +1,7 @@
-// demo/report.hpp — what gnmr-demo makes of its runs: the per-controller
-// metrics, the stdout table, steps.csv / summary.csv / trace_<ctrl>.csv, and
-// a gnuplot picture (loss curves with recoveries marked, and the per-unit
-// GNMR ratio heat map of the gnmr run).
-//
-// Definitions (also in docs/demo.md):
-// - spike: a step whose train loss exceeds the median of the previous 20
-//   steps' train losses by more than kSpikeFrac (a non-finite loss counts);
-// - diverged: a non-finite train loss, or one above 2x the step-1 loss;
-// - recovered fraction: sum over steps of units in recovery, divided by
-//   steps x the controller's unit count (1 for global presets).
+// demo/report.hpp — what the legacy comparison (--controllers) makes of its
+// runs: the stdout table, steps.csv / summary.csv / trace_<ctrl>.csv, and a
+// gnuplot picture (loss curves with recoveries marked, and the per-unit
+// GNMR ratio heat map of the gnmr run). The metrics are metrics.hpp's.
 #pragma once
 
 #include <algorithm>
@@ -25,50 +18,10 @@
 
 #include "gnmr/trace.hpp"
 
+#include "metrics.hpp"
 #include "train.hpp"
 
 namespace demo {
-
-constexpr int kSpikeWindow = 20;
-constexpr double kSpikeFrac = 0.10;
-
-struct Metrics {
-  int spikes = 0;
-  bool diverged = false;
-  double recovered_fraction = 0;
-  std::uint32_t max_in_recovery = 0;
-  double control_ms = 0, step_ms = 0;  // per step
-};
-
-inline Metrics metrics_of(const RunResult& r) {
-  Metrics m;
-  double rec = 0, cms = 0, sms = 0;
-  for (std::size_t i = 0; i < r.rows.size(); ++i) {
-    const auto& row = r.rows[i];
-    if (!std::isfinite(row.train_loss)) {
-      ++m.spikes;
-      m.diverged = true;
-    } else if (i >= static_cast<std::size_t>(kSpikeWindow)) {
-      std::vector<double> l;
-      for (std::size_t j = i - kSpikeWindow; j < i; ++j) l.push_back(r.rows[j].train_loss);
-      std::nth_element(l.begin(), l.begin() + kSpikeWindow / 2, l.end());
-      // Even window: the median is the mean of the two middle values.
-      const double hi = l[kSpikeWindow / 2];
-      const double lo = *std::max_element(l.begin(), l.begin() + kSpikeWindow / 2);
-      if (row.train_loss > 0.5 * (lo + hi) * (1.0 + kSpikeFrac)) ++m.spikes;
-    }
-    if (row.train_loss > 2.0 * r.initial_loss) m.diverged = true;
-    rec += row.in_recovery;
-    m.max_in_recovery = std::max(m.max_in_recovery, row.in_recovery);
-    cms += row.control_ms;
-    sms += row.step_ms;
-  }
-  const double n = std::max<std::size_t>(1, r.rows.size());
-  m.recovered_fraction = rec / (n * static_cast<double>(std::max<std::size_t>(1, r.controller_units)));
-  m.control_ms = cms / n;
-  m.step_ms = sms / n;
-  return m;
-}
 
 inline std::string num(double v, int prec = 4) {
   if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
@@ -85,7 +38,7 @@ inline void print_table(std::ostream& os, const std::vector<RunResult>& runs, do
      << std::setw(12) << "maxrec/maxO" << std::setw(10) << "ctrl ms" << std::setw(10) << "step ms"
      << std::setw(8) << "share" << "\n";
   for (const auto& r : runs) {
-    const Metrics m = metrics_of(r);
+    const Metrics m = metrics_of(r, 0, false);
     const std::string lim =
         r.max_in_recovery_limit == 0xffffffffu ? "inf" : std::to_string(r.max_in_recovery_limit);
     os << std::left << std::setw(20) << r.label << std::right << std::setw(8) << r.controller_units
@@ -103,7 +56,7 @@ inline void write_summary_csv(const std::string& path, const std::vector<RunResu
   f << "controller,final_train_loss,final_val_loss,spikes,diverged,recovered_fraction,"
        "max_in_recovery,control_ms_per_step\n";
   for (const auto& r : runs) {
-    const Metrics m = metrics_of(r);
+    const Metrics m = metrics_of(r, 0, false);
     f << r.label << ',' << num(r.final_train, 6) << ',' << num(r.final_val, 6) << ',' << m.spikes
       << ',' << (m.diverged ? 1 : 0) << ',' << num(m.recovered_fraction, 6) << ','
       << m.max_in_recovery << ',' << num(m.control_ms, 6) << '\n';

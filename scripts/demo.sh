@@ -1,8 +1,18 @@
 #!/usr/bin/env bash
-# Build gnmr and run its main demo, gnmr-demo: a few minutes of low-precision
-# CPU training under every controller preset (docs/demo.md).
+# Build gnmr and run its main demo: gnmr-demo's headline comparison from the
+# stability benchmark (docs/stability.md) — low-precision training of a small
+# transformer with activation outliers injected into one operator at a time,
+# under the recipe alone (low), in full precision (high), with GNMR promoting
+# the operators it flags (gnmr-promote) or only clipping them (gnmr-clip, and
+# the default preset gnmr), and with the same promotions at random operators
+# (random-at-triggers) or on a fixed list of the last layers (fixed-list);
+# development seeds 1-3, every run in its own process, two at a time on two
+# cores. Prints the table; writes build/gnmr-demo-out/ (results.csv,
+# summary.csv, operator-outliers.png and the run cache).
 #
-#   bash scripts/demo.sh
+#   bash scripts/demo.sh                 the headline comparison (~3 min on 2 idle cores)
+#   bash scripts/demo.sh ARGS...         gnmr-demo ARGS... instead, e.g. the original
+#                                        comparison: bash scripts/demo.sh --controllers none,clip,gnmr
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -19,4 +29,9 @@ cmake --build "$build" -j"$(nproc)" --target gnmr-demo
 # From inside the build dir, so its output (gnmr-demo-out/) stays out of the
 # source tree.
 cd "$build"
-./demo/gnmr-demo
+if [ $# -gt 0 ]; then
+  exec ./demo/gnmr-demo "$@"
+fi
+exec ./demo/gnmr-demo --scenario operator-outliers \
+  --arms low,high,gnmr,gnmr-promote,gnmr-clip,random-at-triggers,fixed-list \
+  --seeds 1-3 --jobs "$(nproc)" --out gnmr-demo-out

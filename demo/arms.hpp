@@ -1,0 +1,135 @@
+// demo/arms.hpp — the benchmark's arms: what rule a run adds to the recipe,
+// and where its promotions come from.
+//
+// An arm is a controller name, overrides, a promotion source and a
+// precision. Controllers come from gnmr's preset table (presets::make,
+// cuda::make_device); controller_source() is part of a run's cache key, so
+// results of the stand-ins the benchmark used before the library shipped
+// gnmr-promote and gnmr-clip are never reused.
+//
+// No torch and no CUDA header here: cuda_backend.cu builds the device twin
+// of the same controller through with_arm_controller().
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gnmr/preset_select.hpp"
+#include "promotion.hpp"
+
+namespace demo {
+
+enum class Table : std::uint8_t { kNone, kRandom, kFixed, kAll };
+
+struct ArmDef {
+  std::string name;
+  std::string controller = "none";  // preset name, or <global>+<per-unit> (legacy)
+  gnmr::presets::Options overrides;  // the arm's own; --max-o etc. add to them
+  PromoteFrom promote = PromoteFrom::kController;
+  Table table = Table::kNone;
+  bool high = false;                  // every GEMM in high precision (no quantization work at all)
+  bool replaces_recipe_clip = false;  // zclip: its rule is the clip
+  std::string depends_on;             // an arm of the same seed that must run first
+  std::string what;                   // one line for --help and the docs
+};
+
+// The arm table. Switching an arm to a library preset is a one-word change
+// of its controller field.
+inline const std::vector<ArmDef>& arm_table() {
+  using P = PromoteFrom;
+  static const std::vector<ArmDef> t = {
+      {"low", "none", {}, P::kController, Table::kNone, false, false, "", "always low precision: the recipe alone"},
+      {"high", "none", {}, P::kTable, Table::kAll, true, false, "", "always high precision: the reference and the cost ceiling"},
+      {"gnmr", "gnmr", {}, P::kController, Table::kNone, false, false, "", "the default gnmr preset"},
+      {"gnmr-promote", "gnmr-promote", {}, P::kController, Table::kNone, false, false, "",
+       "GNMR signal; promote the operator for the lock and clip to kappa*mu"},
+      {"gnmr-clip", "gnmr-clip", {}, P::kController, Table::kNone, false, false, "", "GNMR signal; clip only"},
+      {"gnmr-systemic", "gnmr-systemic", {}, P::kController, Table::kNone, false, false, "",
+       "GNMR with the systemic rule (the preset gnmr-systemic)"},
+      {"random-at-triggers", "gnmr-promote", {}, P::kRedirect, Table::kNone, false, false, "",
+       "gnmr-promote's controller and clips, each promotion moved to a random operator"},
+      {"random", "none", {}, P::kTable, Table::kRandom, false, false, "gnmr-promote",
+       "gnmr-promote's promoted operator-steps at random operators and steps"},
+      {"fixed-list", "none", {}, P::kTable, Table::kFixed, false, false, "gnmr-promote",
+       "head + last layers always high, sized to gnmr-promote's high-precision share"},
+      {"clip", "clip", {}, P::kController, Table::kNone, false, false, "", "global clipping at 1.0 (with --recipe-clip 0)"},
+      {"zclip", "zclip", {}, P::kController, Table::kNone, false, true, "", "ZClip, replacing the recipe's clip"},
+      {"adagc", "adagc", {}, P::kController, Table::kNone, false, false, "", "AdaGC, per unit"},
+      {"spam", "spam", {}, P::kController, Table::kNone, false, false, "", "SPAM's spike rule, per unit"},
+      {"skip-step", "skip-step", {}, P::kController, Table::kNone, false, false, "", "OLMo-core's skip-step"},
+      {"stabilizer", "stabilizer", {}, P::kController, Table::kNone, false, false, "",
+       "Stable-SPAM's AdaGN (GradientStabilizer)"},
+  };
+  return t;
+}
+
+inline bool library_has(const std::string& preset) {
+  const auto n = gnmr::presets::names();
+  return std::find(n.begin(), n.end(), preset) != n.end();
+}
+
+// "lib": part of a run's cache key, so results from the benchmark's own
+// stand-ins (before the library shipped gnmr-promote/gnmr-clip) are never reused.
+inline const char* controller_source(const std::string& c) { return library_has(c) ? "lib" : "missing"; }
+
+// Arms usable with this library build (every arm of the table, since the
+// library has gnmr-promote, gnmr-clip and gnmr-systemic).
+inline bool arm_available(const ArmDef& a) {
+  return a.controller.find('+') != std::string::npos || library_has(a.controller);
+}
+
+inline const ArmDef& find_arm(const std::string& name) {
+  for (const auto& a : arm_table())
+    if (a.name == name) {
+      if (!arm_available(a))
+        throw std::invalid_argument("arm '" + name + "' needs the preset '" + a.controller +
+                                    "', which this gnmr build does not have");
+      return a;
+    }
+  std::string all;
+  for (const auto& a : arm_table()) all += (all.empty() ? "" : ", ") + a.name;
+  throw std::invalid_argument("unknown arm '" + name + "'; arms: " + all);
+}
+
+// f(typed controller) for a preset name: the library's preset table.
+template <class F>
+auto with_arm_controller(const std::string& name, std::size_t units, const gnmr::presets::Options& o, F&& f)
+    -> decltype(f(gnmr::presets::pass_through(1))) {
+  return gnmr::presets::with_preset(name, units, o, f);  // throws for an unknown name
+}
+
+// --- overrides as text (cache keys, logs) ---------------------------------
+
+inline std::string options_text(const gnmr::presets::Options& o) {
+  std::ostringstream s;
+  s.precision(9);
+  const auto put = [&s](const char* k, auto v) { s << (s.tellp() > 0 ? "," : "") << k << "=" << v; };
+  if (o.tau) put("tau", *o.tau);
+  if (o.delta) put("delta", *o.delta);
+  if (o.warmup) put("warmup", *o.warmup);
+  if (o.window) put("window", *o.window);
+  if (o.delta_window) put("delta_window", *o.delta_window);
+  if (o.beta) put("beta", *o.beta);
+  if (o.max_o) put("max_o", *o.max_o);
+  if (o.lock) put("lock", *o.lock);
+  if (o.cooldown) put("cooldown", *o.cooldown);
+  if (o.kappa) put("kappa", *o.kappa);
+  if (o.max_norm) put("max_norm", *o.max_norm);
+  if (o.z) put("z", *o.z);
+  if (o.clip_factor) put("clip_factor", *o.clip_factor);
+  if (o.mean) put("mean", *o.mean);
+  if (o.systemic_action) put("systemic_action", *o.systemic_action);
+  if (o.systemic_share) put("systemic_share", *o.systemic_share);
+  if (o.systemic_maxo) put("systemic_maxo", *o.systemic_maxo);
+  if (o.systemic_kappa) put("systemic_kappa", *o.systemic_kappa);
+  if (o.systemic_beta) put("systemic_beta", *o.systemic_beta);
+  if (o.deny_kappa) put("deny_kappa", *o.deny_kappa);
+  return s.str();
+}
+
+}  // namespace demo

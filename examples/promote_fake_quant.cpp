@@ -166,9 +166,11 @@ Run train(Mode mode) {
   for (int t = 1; t <= kSteps; ++t) {
     // The decisions of step t-1, read before this forward: the only
     // decisions that can still change how step t computes.
-    bool hp[2];
-    for (std::uint32_t u = 0; u < 2; ++u)
-      hp[u] = mode == Mode::kFp32 || (t > 1 && (ctl->decisions()[u].flags & gnmr::kPromote));
+    // promoted_units(): the units whose decision carries kPromote, ascending,
+    // no allocation (decisions()[u].flags & gnmr::kPromote reads one unit).
+    bool hp[2] = {mode == Mode::kFp32, mode == Mode::kFp32};
+    if (t > 1)
+      for (std::uint32_t u : ctl->promoted_units()) hp[u] = true;
     run.high.push_back({hp[0], hp[1]});
 
     const std::vector<float> x = inputs(data, kBatch, t >= kOutlierFrom && t <= kOutlierTo);

@@ -25,6 +25,7 @@
 
 #include "gnmr/config.hpp"
 #include "gnmr/detail/half.hpp"
+#include "gnmr/detail/numeric.hpp"
 #include "gnmr/host/norms.hpp"
 #include "gnmr/policy/norm.hpp"
 
@@ -233,14 +234,7 @@ struct UnitFold {
   GNMR_HOST_DEVICE static T identity() { return static_cast<double>(Norm::identity()); }
   GNMR_HOST_DEVICE static T add(T a, float x) { return fm::dadd(a, static_cast<double>(x)); }
   GNMR_HOST_DEVICE static T merge(T a, T b) { return fm::dadd(a, b); }
-  GNMR_HOST_DEVICE static float finish(T a) {
-    // Round to nearest, +-Inf past the float range (a plain out-of-range
-    // double -> float cast is undefined behaviour on the host).
-    const double kOverflow = 340282356779733661637539395458142568448.0;  // 2^128 - 2^103
-    if (a >= kOverflow) return inf_f();
-    if (a <= -kOverflow) return -inf_f();
-    return static_cast<float>(a);
-  }
+  GNMR_HOST_DEVICE static float finish(T a) { return to_float_rn(a); }
 };
 template <class Norm>
 struct UnitFold<Norm, false> {

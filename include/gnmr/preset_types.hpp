@@ -1,9 +1,9 @@
 // gnmr/preset_types.hpp — the peers' methods as typed controllers.
 //
-// SPEC §2: global clipping (torch clip_grad_norm_), ZClip, AdaGC, SPAM,
+// The peers: global clipping (torch clip_grad_norm_), ZClip, AdaGC, SPAM,
 // skip-step (OLMo-core) and GradientStabilizer (Stable-SPAM's AdaGN) are
 // each a choice of the five policies, with the peer's published defaults
-// (PEERS.md (b)); tests/unit/test_presets.cpp and test_presets_more.cpp
+// (docs/presets.md, Peers (b)); tests/unit/test_presets.cpp and test_presets_more.cpp
 // check every one against an independent double-precision reimplementation
 // of the peer's rule (tests/unit/presets_ref.hpp). What a preset
 // deliberately does differently (the current sample is never in its own
@@ -52,7 +52,7 @@ using Spam =
 using SkipStep = GnmrController<L2Norm, WindowMean<128>, ZScoreTrigger, GlobalSkip, Unlimited>;
 // Stable-SPAM's AdaGN ("GradientStabilizer", galore_torch/stablespam.py).
 using Stabilizer = GnmrController<L2Norm, NoMean, AlwaysTrigger, NormReplace, Unlimited>;
-// GNMR itself (SPEC §1 defaults) and with the escalation ladder.
+// GNMR itself (docs/algorithm.md defaults) and with the escalation ladder.
 using Gnmr = GnmrController<>;
 using GnmrLadder = GnmrController<L2Norm, EmaMean, GnmrTrigger, Ladder, MaxO>;
 
@@ -196,7 +196,7 @@ inline GnmrLadder gnmr_ladder(std::size_t num_units, const Ladder& ladder = {}) 
   return GnmrLadder(num_units, {}, {}, {}, ladder, {});
 }
 
-// SPEC §1 defaults; kappa is the clip's (scale = min(1, kappa * mu / n)).
+// docs/algorithm.md defaults; kappa is the clip's (scale = min(1, kappa * mu / n)).
 inline GnmrPromote gnmr_promote(std::size_t num_units, float kappa = 1.0f) {
   return GnmrPromote(num_units, {}, {}, {}, ClipAndPromote{ClipToMean{kappa}, {PromotePrecision{}}}, {});
 }

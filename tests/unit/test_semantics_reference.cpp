@@ -1,11 +1,11 @@
-// GnmrController against an independent double-precision model of SPEC §1
+// GnmrController against an independent double-precision model of docs/algorithm.md
 // on long random traces: per-unit noise, isolated spikes, bursts where
 // many units spike at once (budget contention), dips, zeros and
 // NaN/+Inf/-Inf norms, over randomly drawn hyperparameters (maxO, lock,
 // cool-down, warm-up, w, tau, delta, beta, kappa) and three mean trackers
 // (bias-corrected EMA, cumulative, window).
 //
-// The model is a plain re-reading of SPEC §1 written without looking at
+// The model is a plain re-reading of docs/algorithm.md written without looking at
 // detail/step.hpp: containers, doubles, a full sort for the slot
 // selection. Flags, lock counts, step numbers and the summary's counts and
 // max-ratio unit must match exactly; means, ratios, deltas, risks and
@@ -105,7 +105,7 @@ class Ref {
     if (static_cast<int>(u.win.size()) > c_.mean_window) u.win.pop_front();
   }
 
-  // Phase 1 of SPEC §1 for unit i at step t (pure).
+  // Phase 1 of docs/algorithm.md for unit i at step t (pure).
   RefOut evaluate(std::size_t i, float norm, std::int64_t t) const {
     const RefUnit& u = u_[i];
     RefOut o;
@@ -374,7 +374,8 @@ Cfg random_cfg(Rng& r, MeanKind kind) {
 
 }  // namespace
 
-TEST_CASE("controller matches a double-precision SPEC model: EMA mean", "[semantics][reference]") {
+TEST_CASE("controller matches a double-precision reference model: EMA mean",
+          "[semantics][reference]") {
   Rng r{0x5eed0001};
   for (int k = 0; k < 24; ++k) {
     const Cfg cfg = random_cfg(r, MeanKind::kEma);
@@ -382,14 +383,14 @@ TEST_CASE("controller matches a double-precision SPEC model: EMA mean", "[semant
   }
 }
 
-TEST_CASE("controller matches a double-precision SPEC model: cumulative mean",
+TEST_CASE("controller matches a double-precision reference model: cumulative mean",
           "[semantics][reference]") {
   Rng r{0x5eed0002};
   for (int k = 0; k < 12; ++k)
     run_against_reference(random_cfg(r, MeanKind::kCumulative), gnmr::CumulativeMean{}, 2000 + k);
 }
 
-TEST_CASE("controller matches a double-precision SPEC model: window mean",
+TEST_CASE("controller matches a double-precision reference model: window mean",
           "[semantics][reference]") {
   Rng r{0x5eed0003};
   for (int k = 0; k < 12; ++k) {
@@ -401,7 +402,7 @@ TEST_CASE("controller matches a double-precision SPEC model: window mean",
 }
 
 TEST_CASE("controller matches the model on the default hyperparameters", "[semantics][reference]") {
-  // SPEC defaults: beta 0.99, tau 3, delta 1.5, warmup 10, w 4, maxO 4,
+  // docs/algorithm.md defaults: beta 0.99, tau 3, delta 1.5, warmup 10, w 4, maxO 4,
   // lock 8, cooldown 0, kappa 1; 32 units, contention from the bursts.
   Cfg cfg{MeanKind::kEma, static_cast<double>(0.99f), 16, 3.0, 1.5, 10, 4, 4, 8, 0, 1.0,
           static_cast<double>(1e-12f), 32, 1500};

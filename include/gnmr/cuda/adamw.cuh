@@ -1,5 +1,5 @@
 // gnmr/cuda/adamw.cuh — a ready fused multi-tensor AdamW that applies a
-// controller's decisions (SPEC §3 step (d)): fp32 master weights and
+// controller's decisions (step (d), docs/algorithm.md): fp32 master weights and
 // moments, fp32 / bf16 / fp16 gradients, one kernel launch per step, the
 // no-decay group (AdamWTensor::weight_decay = false) included.
 //

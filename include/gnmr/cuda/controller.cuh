@@ -1,5 +1,5 @@
 // gnmr/cuda/controller.cuh — DeviceController: the CUDA backend of one GNMR
-// step (SPEC §3 step (c)). All controller state lives on the device.
+// step (step (c), docs/algorithm.md). All controller state lives on the device.
 //
 //   gnmr::cuda::DeviceController<> ctl(num_units);           // allocates once
 //   gnmr::cuda::unit_partials(plan, d_partials, stream);      // step (a)

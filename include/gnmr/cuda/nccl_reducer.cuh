@@ -1,6 +1,6 @@
 // gnmr/cuda/nccl_reducer.cuh — NcclReducer: combine the N per-unit partials
 // of all ranks of an NCCL communicator, in device memory, on the caller's
-// stream (SPEC §3 step (b), §4).
+// stream (step (b), docs/algorithm.md).
 //
 // Sync-free and CUDA-graph capturable: allreduce() only enqueues (at most a
 // tiny kernel, then one ncclAllReduce) on the given stream and never waits

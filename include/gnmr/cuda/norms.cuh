@@ -1,5 +1,5 @@
 // gnmr/cuda/norms.cuh — per-unit partial norms of device gradients
-// (SPEC §3 step (a)): one kernel launch per step, deterministic.
+// (step (a), docs/algorithm.md): one kernel launch per step, deterministic.
 //
 //   gnmr::cuda::NormPlan plan(segments, num_units);      // once, at setup
 //   gnmr::cuda::unit_partials<gnmr::L2Norm>(plan, d_partials, stream);  // every step

@@ -3,7 +3,7 @@
 //
 // Why chunks: one block per *segment* (cub::DeviceSegmentedReduce) leaves a
 // LLaMA layout waiting on the one embedding-sized segment (330 GB/s on an
-// H100, SPEC §3). The plan, built once on the host, cuts every segment into
+// H100, docs/algorithm.md). The plan, built once on the host, cuts every segment into
 // chunks of at most chunk_elems elements and lists them grouped by unit; the
 // kernel runs one block per chunk and the last block of a unit to finish
 // folds that unit's chunk partials in chunk order.

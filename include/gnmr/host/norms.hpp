@@ -1,6 +1,6 @@
 // gnmr/host/norms.hpp — per-unit partial norms of gradients in host memory.
 //
-// Step (a) of SPEC §3 for the host backend: a unit is one or more segments
+// Step (a) of docs/algorithm.md for the host backend: a unit is one or more segments
 // (pointer, element count, dtype); host_unit_partials() reduces every unit's
 // segments to the NormPolicy's *partial* (sum of squares for L2/RMS, max |x|
 // for Linf), the number GnmrController::step() takes and the number ranks

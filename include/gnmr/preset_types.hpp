@@ -59,8 +59,9 @@ using GnmrLadder = GnmrController<L2Norm, EmaMean, GnmrTrigger, Ladder, MaxO>;
 // GNMR's signal (L2, EMA, GnmrTrigger, MaxO) with the recovery action as the
 // one parameter, on either backend: GnmrWith<R> is the host controller,
 // GnmrWith<R, gnmr::cuda::DeviceController> the device one. The benchmark's
-// arms (STABILITY.md §5: promotion against clipping driven by the same
-// signal) differ in R alone, so each is one line.
+// arms (promotion against clipping driven by the same signal,
+// docs/algorithm.md, Promotion: prior art) differ in R alone, so each is
+// one line.
 template <class Recovery,
           template <class, class, class, class, class> class Controller = GnmrController>
 using GnmrWith = Controller<L2Norm, EmaMean, GnmrTrigger, Recovery, MaxO>;

@@ -6,7 +6,7 @@
 //    quick: d=384, ffn=1024, 22 layers of {attn_norm, wq, wk, wv, wo,
 //    mlp_norm, w_gate, w_up, w_down}, token embedding and lm_head of
 //    32000 x 384 (the two embedding-sized tensors hold 39% of the elements,
-//    as in the SPEC §6 anchor), final norm: 201 tensors, 63.5M elements.
+//    as in the docs/performance.md anchor), final norm: 201 tensors, 63.5M elements.
 //  * uniform: 1000 tensors x 64Ki elements (65.5M), the many-tensors case.
 // Bytes processed = gradient bytes read (numel * dtype size); the per-unit
 // output is negligible. Single thread: host_unit_partials does not spawn,

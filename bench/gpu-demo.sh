@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# bench/gpu-demo.sh — gnmr-demo on the GPU machine (issue: the training demo),
-# in ONE call of the device tool, kept under its 10-minute limit:
+# bench/gpu-demo.sh — gnmr-demo on a machine with an NVIDIA GPU (built for
+# sm_90: H100 class) and a CUDA PyTorch for python3, in one command that
+# stays under ten minutes (bench/gpu-common.sh):
 #
-#   here, once:  bash bench/gpu-demo.sh --stage     copies the fortunes text into
-#                                                 .fortunes/ (in .gitignore): the GPU
-#                                                 machine has no fortunes package
-#   device run:  bash bench/gpu-demo.sh             (carry: [".fortunes"])
-#                bash bench/gpu-demo.sh --seeds "1" --steps 100   a shorter run
-#   benchmark:   bash bench/gpu-demo.sh --seeds "" --suite "--scenario operator-outliers
-#                  --arms all --seeds 1-5 --layers 8 --width 256 --jobs 4"
-#                the stability benchmark's suite on --device cuda (docs/stability.md,
-#                "On a GPU"); its results.csv and summary table come back too.
-#                A suite that outlives one call resumes from its cache in
-#                build-gpu-demo/suite/runs on the next (same warm machine).
+#   bash bench/gpu-demo.sh --stage      on a machine with the fortunes package:
+#                                       copies its text into .fortunes/ (in
+#                                       .gitignore), for a GPU machine without it
+#   bash bench/gpu-demo.sh [--seeds "1 2 3"] [--steps N] [--out DIR]
+#                                       on the GPU machine, with .fortunes/
+#                                       copied there if it has no fortunes;
+#                                       --seeds "1" --steps 100 is a shorter run
+#   bash bench/gpu-demo.sh --seeds "" --suite "--scenario operator-outliers
+#       --arms all --seeds 1-5 --layers 8 --width 256 --jobs 4"
+#                                       the stability benchmark's suite on
+#                                       --device cuda (docs/stability.md, "On a
+#                                       GPU"); its results.csv and summary table
+#                                       come back too. A suite that outlives one
+#                                       call resumes from its cache in
+#                                       build-gpu-demo/suite/runs.
 #
 # Builds gnmr-demo against the libtorch inside python3's PyTorch (CUDA) with
 # the demo's CUDA step (gnmr's NormPlan, device controller and fused AdamW),
@@ -20,15 +25,16 @@
 # GNMR, then the default comparison (every controller, default stress) for
 # each seed; the tables are printed last.
 #
-# The device tool brings back at most 8 files from $OUT, so everything goes
-# into 7 (9 with --suite: suite-table.txt, suite-results.csv; then drop
-# --seeds to stay within 8): demo-configure.log, demo-build.log, demo-smoke.log, demo-runs.log
-# (every seed's output), summary.csv (every seed's, with a seed column),
-# steps-seed<first>.csv and demo-results.tar.gz (each run's directory: its
-# summary, steps and per-controller trace CSVs). Without $OUT they go to
-# build-gpu-demo/out.
+# Everything goes into 7 files of the output folder (--out DIR; default
+# $OUT if set, else build-gpu-demo/out), few enough to copy back from a
+# remote machine: demo-configure.log, demo-build.log, demo-smoke.log,
+# demo-runs.log (every seed's output), summary.csv (every seed's, with a seed
+# column), steps-seed<first>.csv and demo-results.tar.gz (each run's
+# directory: its summary, steps and per-controller trace CSVs); with --suite
+# also suite-table.txt and suite-results.csv.
 set -uo pipefail
 
+caller="$PWD"  # a relative --out DIR is taken from where the script was called
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 if [ "${1:-}" = "--stage" ]; then
@@ -40,16 +46,17 @@ fi
 seeds="1 2 3"
 steps=""
 suite=""
+build=build-gpu-demo
+out="${OUT:-$root/$build/out}"
 while [ $# -gt 0 ]; do
   case "$1" in
     --seeds) seeds="$2"; shift 2 ;;
     --steps) steps="--steps $2"; shift 2 ;;
     --suite) suite="$2"; shift 2 ;;
+    --out) case "$2" in /*) out="$2" ;; *) out="$caller/$2" ;; esac; shift 2 ;;
     *) echo "unknown argument $1"; exit 2 ;;
   esac
 done
-build=build-gpu-demo
-out="${OUT:-$root/$build/out}"
 mkdir -p "$out" "$build"
 data=.fortunes
 [ -d "$data" ] || data=/usr/share/games/fortunes

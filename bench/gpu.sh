@@ -1,19 +1,22 @@
 #!/usr/bin/env bash
-# bench/gpu.sh — build, check and time gnmr's CUDA backend on a GPU machine
-# in ONE call of the device tool (kept well under its 10-minute limit):
+# bench/gpu.sh — build, check and time gnmr's CUDA backend on a machine with
+# an NVIDIA GPU (built for sm_90: H100 class; CMake and nvcc on the machine),
+# in one command that stays under ten minutes (bench/gpu-common.sh):
 #
-#   device run:  bash bench/gpu.sh            tests, sanitizers, full benchmarks, torch anchors
-#                bash bench/gpu.sh --quick    tests, sanitizers, benchmarks without the 13B layout
+#   bash bench/gpu.sh [--quick] [--out DIR]
+#     (no option)   tests, sanitizers, full benchmarks, torch anchors
+#     --quick       the same without the 13B layout
+#     --out DIR     where the logs and summary.md go (default: $OUT if set,
+#                   else build-gpu/out)
 #
 # Steps: configure (-DCMAKE_CUDA_ARCHITECTURES=90) and build the GPU targets;
 # ctest -L gpu; gnmr_bench_cuda; compute-sanitizer memcheck and racecheck
 # over gnmr_cuda_tests (at reduced sizes, GNMR_CUDA_TEST_QUICK=1); the
 # PyTorch anchors (bench/cuda/torch_anchors.py) when python3 has a CUDA
-# torch; then a short summary table, printed last. Each step's timeout
-# leaves room for the later ones. Logs go to $OUT (the device tool
-# brings them back) or to build-gpu/out.
+# torch; then a short summary table, printed last (and kept in
+# summary.md). Each step's timeout leaves room for the later ones.
 #
-# The GPU machine has nvcc and CMake but no Catch2 or Google Benchmark, and
+# A GPU machine may have nvcc and CMake but no Catch2 or Google Benchmark;
 # the GPU targets need neither: stub packages let the top-level configure
 # pass, and only the GPU targets are built.
 set -uo pipefail
@@ -22,12 +25,19 @@ set -uo pipefail
 # driver is older than the CUDA runtime they were built with.
 export GNMR_REQUIRE_GPU=1
 
+caller="$PWD"  # a relative --out DIR is taken from where the script was called
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 quick=0
-[ "${1:-}" = "--quick" ] && quick=1
 build=build-gpu
 out="${OUT:-$root/$build/out}"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1; shift ;;
+    --out) case "$2" in /*) out="$2" ;; *) out="$caller/$2" ;; esac; shift 2 ;;
+    *) echo "unknown argument $1 (bench/gpu.sh [--quick] [--out DIR])"; exit 2 ;;
+  esac
+done
 mkdir -p "$out" "$build"
 jobs="$(nproc)"
 summary=()

@@ -20,7 +20,8 @@
 // tensor's own amax onto the format's largest value. A recipe with delayed
 // scaling (an amax history) must keep recording the amax while the unit is
 // promoted, so that its scale is fresh when the unit drops back
-// (STABILITY.md §5); here the amax is taken every step either way.
+// (docs/algorithm.md, Precision promotion); here the amax is taken every
+// step either way.
 #pragma once
 
 #include <cstdint>

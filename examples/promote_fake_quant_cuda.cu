@@ -99,7 +99,7 @@ int main() {
     return 1;
   }
 
-  DevCtl ctl(kUnits);  // SPEC defaults: tau 3, warm-up 10, maxO 4, lock 8; kappa 1
+  DevCtl ctl(kUnits);  // docs/algorithm.md defaults: tau 3, warm-up 10, maxO 4, lock 8; kappa 1
   cudaStream_t st;
   EXAMPLE_CUDA_OK(cudaStreamCreate(&st));
   for (int s = 1; s <= kSteps; ++s) {

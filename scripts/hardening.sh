@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Hardening checks (SPEC §5: bad input is a clear error, never a crash):
+# Hardening checks (docs/algorithm.md, State and bad input: a clear
+# error, never a crash):
 #   1. the host unit tests and the fuzz seed corpora under ASan + UBSan
 #      (-DGNMR_SANITIZE=ON, a separate build directory);
 #   2. the libFuzzer targets (fuzz/, Clang) for a bounded time each.

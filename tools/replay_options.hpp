@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/detail/format.hpp"
 #include "gnmr/presets.hpp"
+#include "gnmr/trace.hpp"
 
 namespace replay {
 
@@ -99,7 +99,7 @@ inline std::string norm_key(std::string k) {
 
 inline float to_float(const std::string& key, const std::string& v) {
   float f = 0.0f;
-  if (!gnmr::detail::parse_float(v.data(), v.data() + v.size(), f))
+  if (!gnmr::parse_float(v, f))
     throw UsageError(key + ": '" + v + "' is not a number");
   return f;
 }
@@ -113,7 +113,7 @@ inline double to_double(const std::string& key, const std::string& v) {
 }
 inline std::int64_t to_int(const std::string& key, const std::string& v) {
   std::int64_t i = 0;
-  if (!gnmr::detail::parse_int64(v.data(), v.data() + v.size(), i))
+  if (!gnmr::parse_int64(v, i))
     throw UsageError(key + ": '" + v + "' is not an integer");
   return i;
 }

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "../../tests/cuda/trace_gen.hpp"
+#include "../../tests/support/trace_gen.hpp"
 #include "gnmr/cuda/all.cuh"
 #include "layouts.hpp"
 

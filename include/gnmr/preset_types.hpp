@@ -1,9 +1,9 @@
 // gnmr/preset_types.hpp — the peers' methods as typed controllers.
 //
-// SPEC §2: global clipping (torch clip_grad_norm_), ZClip, AdaGC, SPAM,
+// The peers: global clipping (torch clip_grad_norm_), ZClip, AdaGC, SPAM,
 // skip-step (OLMo-core) and GradientStabilizer (Stable-SPAM's AdaGN) are
 // each a choice of the five policies, with the peer's published defaults
-// (PEERS.md (b)); tests/unit/test_presets.cpp and test_presets_more.cpp
+// (docs/presets.md, Peers (b)); tests/unit/test_presets.cpp and test_presets_more.cpp
 // check every one against an independent double-precision reimplementation
 // of the peer's rule (tests/unit/presets_ref.hpp). What a preset
 // deliberately does differently (the current sample is never in its own
@@ -52,15 +52,16 @@ using Spam =
 using SkipStep = GnmrController<L2Norm, WindowMean<128>, ZScoreTrigger, GlobalSkip, Unlimited>;
 // Stable-SPAM's AdaGN ("GradientStabilizer", galore_torch/stablespam.py).
 using Stabilizer = GnmrController<L2Norm, NoMean, AlwaysTrigger, NormReplace, Unlimited>;
-// GNMR itself (SPEC §1 defaults) and with the escalation ladder.
+// GNMR itself (docs/algorithm.md defaults) and with the escalation ladder.
 using Gnmr = GnmrController<>;
 using GnmrLadder = GnmrController<L2Norm, EmaMean, GnmrTrigger, Ladder, MaxO>;
 
 // GNMR's signal (L2, EMA, GnmrTrigger, MaxO) with the recovery action as the
 // one parameter, on either backend: GnmrWith<R> is the host controller,
 // GnmrWith<R, gnmr::cuda::DeviceController> the device one. The benchmark's
-// arms (STABILITY.md §5: promotion against clipping driven by the same
-// signal) differ in R alone, so each is one line.
+// arms (promotion against clipping driven by the same signal,
+// docs/algorithm.md, Promotion: prior art) differ in R alone, so each is
+// one line.
 template <class Recovery,
           template <class, class, class, class, class> class Controller = GnmrController>
 using GnmrWith = Controller<L2Norm, EmaMean, GnmrTrigger, Recovery, MaxO>;
@@ -196,7 +197,7 @@ inline GnmrLadder gnmr_ladder(std::size_t num_units, const Ladder& ladder = {}) 
   return GnmrLadder(num_units, {}, {}, {}, ladder, {});
 }
 
-// SPEC §1 defaults; kappa is the clip's (scale = min(1, kappa * mu / n)).
+// docs/algorithm.md defaults; kappa is the clip's (scale = min(1, kappa * mu / n)).
 inline GnmrPromote gnmr_promote(std::size_t num_units, float kappa = 1.0f) {
   return GnmrPromote(num_units, {}, {}, {}, ClipAndPromote{ClipToMean{kappa}, {PromotePrecision{}}}, {});
 }

@@ -1,5 +1,5 @@
 // gnmr/reducer.hpp — the Reducer slot between per-unit partials and the
-// controller step (SPEC §3 step (b), §4).
+// controller step (step (b), docs/algorithm.md).
 //
 // With sharded gradients (ZeRO/FSDP, tensor parallel) each rank holds part
 // of every unit, so its partials (sum of squares, or max |x|) are partial in

@@ -1,5 +1,5 @@
 // gnmr/state.hpp — save a controller's state to a versioned, checksummed
-// binary blob and load it back (SPEC §5), so a resumed run keeps every
+// binary blob and load it back (docs/algorithm.md), so a resumed run keeps every
 // unit's mean, trigger history and lock, and the controller's global state
 // (the systemic rule's tracker of the total norm), instead of starting
 // unprotected.

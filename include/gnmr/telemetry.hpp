@@ -23,7 +23,7 @@
 // The log takes a StepSummary and a UnitReport array from anywhere: the host
 // controller's summary()/reports(), a DynController, or host copies of the
 // CUDA backend's device buffers. It never asks for them itself, so logging
-// does not bring back a host sync (SPEC §2b, OLMo-core #43). The CUDA path
+// does not bring back a host sync (OLMo-core PR #43, docs/presets.md). The CUDA path
 // is gnmr::cuda::TelemetryDrain (gnmr/cuda/telemetry.cuh): after step t a
 // kernel compacts the units with events (none on a quiet step) and an
 // asynchronous copy takes them and the summary to pinned host memory; the

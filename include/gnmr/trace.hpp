@@ -24,6 +24,7 @@
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -61,6 +62,26 @@ inline std::string cell_text(const char* b, const char* e) {
   return s;
 }
 }  // namespace detail
+
+// The trace's number syntax, for tools that read the same numbers from
+// other text (a config file, a command line): the whole of `text` must be
+// one decimal number, read the same in every locale. parse_float accepts
+// what a norm cell accepts (nan, inf, -inf, infinity in any case, a leading
+// '+'; beyond the float range reads as +-inf; hex floats are rejected);
+// parse_int64 a decimal integer, overflow rejected. Both return false on
+// anything else and then leave `out` unchanged.
+inline bool parse_float(std::string_view text, float& out) {
+  float v = 0.0f;
+  if (!detail::parse_float(text.data(), text.data() + text.size(), v)) return false;
+  out = v;
+  return true;
+}
+inline bool parse_int64(std::string_view text, std::int64_t& out) {
+  std::int64_t v = 0;  // from_chars writes a prefix's value before we reject the rest
+  if (!detail::parse_int64(text.data(), text.data() + text.size(), v)) return false;
+  out = v;
+  return true;
+}
 
 // Streams a trace row by row (a multi-GB trace need not fit in memory).
 // The constructor reads the header; next() the following rows.

@@ -1,5 +1,5 @@
 // gnmr/types.hpp — the per-unit and per-step records a controller step
-// produces (SPEC §1.8), shared by the host and CUDA backends.
+// produces (docs/algorithm.md, Report), shared by the host and CUDA backends.
 //
 // UnitReport is the full telemetry row; UnitDecision is the 8-byte record an
 // optimizer kernel reads in one load. Both are trivially copyable so the

@@ -89,5 +89,7 @@ void test_controller_vs_host();
 void test_telemetry();
 void test_presets_on_device();
 void test_summary_ring();
+void test_errors_without_device();  // runs without a GPU
+void test_errors();
 
 }  // namespace gpu_test

@@ -19,7 +19,7 @@
 #include "gnmr/policy/mean.hpp"
 #include "gnmr/state.hpp"
 #include "harness.cuh"
-#include "trace_gen.hpp"
+#include "../support/trace_gen.hpp"
 
 namespace gpu_test {
 namespace {

@@ -300,6 +300,13 @@ void test_adamw() {
 }  // namespace gpu_test
 
 int main() {
+  // Argument checks that happen on the host, before any CUDA call: they run
+  // (and must pass) on a machine without a GPU too.
+  gpu_test::test_errors_without_device();
+  if (gpu_test::failures()) {
+    std::printf("gnmr_cuda_tests: %d FAILURE(S) before looking for a device\n", gpu_test::failures());
+    return 1;
+  }
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0) {
@@ -324,6 +331,7 @@ int main() {
   gpu_test::test_telemetry();
   gpu_test::test_presets_on_device();
   gpu_test::test_summary_ring();
+  gpu_test::test_errors();
   const cudaError_t last = cudaDeviceSynchronize();
   EXPECT(last == cudaSuccess, "device error at exit: %s", cudaGetErrorString(last));
   std::printf(gpu_test::failures() ? "gnmr_cuda_tests: %d FAILURE(S)\n" : "gnmr_cuda_tests: all passed\n",

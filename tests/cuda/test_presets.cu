@@ -12,7 +12,7 @@
 #include "gnmr/cuda/presets.cuh"
 #include "gnmr/presets.hpp"
 #include "harness.cuh"
-#include "trace_gen.hpp"
+#include "../support/trace_gen.hpp"
 
 namespace gpu_test {
 namespace {

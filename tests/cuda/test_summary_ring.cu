@@ -15,7 +15,7 @@
 #include "gnmr/cuda/controller.cuh"
 #include "gnmr/cuda/summary_ring.cuh"
 #include "harness.cuh"
-#include "trace_gen.hpp"
+#include "../support/trace_gen.hpp"
 
 namespace gpu_test {
 namespace {

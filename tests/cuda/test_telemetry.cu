@@ -12,7 +12,7 @@
 #include "gnmr/cuda/controller.cuh"
 #include "gnmr/cuda/telemetry.cuh"
 #include "harness.cuh"
-#include "trace_gen.hpp"
+#include "../support/trace_gen.hpp"
 
 namespace gpu_test {
 

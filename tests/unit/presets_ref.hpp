@@ -1,5 +1,5 @@
 // tests/unit/presets_ref.hpp — the peers' published rules, reimplemented in
-// double precision from the peers' own code (PEERS.md, snapshots named in
+// double precision from the peers' own code (docs/presets.md, Peers: snapshots named in
 // docs/presets.md), plus the trace generator and the comparator the preset
 // tests share (test_presets.cpp, test_presets_more.cpp).
 //

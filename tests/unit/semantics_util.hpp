@@ -4,7 +4,7 @@
 // hyperparameters; these helpers keep each trace readable (one line per
 // configuration) and make a flag mismatch print flag *names* rather than
 // a bare integer. Nothing here computes an expected value: expectations
-// are written out in the test files, derived from SPEC §1 in comments.
+// are written out in the test files, derived from docs/algorithm.md in comments.
 #pragma once
 
 #include <cmath>

@@ -14,7 +14,7 @@
 #include <random>
 #include <vector>
 
-#include "../cuda/trace_gen.hpp"
+#include "../support/trace_gen.hpp"
 #include "gnmr/controller.hpp"
 #include "gnmr/detail/step.hpp"
 

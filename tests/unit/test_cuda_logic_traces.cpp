@@ -1,7 +1,7 @@
 // The GPU tests' own expectations, checked on the host: a GPU test whose
 // trace never exercises what it compares fails on the device for a reason
 // a CPU machine can see (and GPU time is scarce). The traces are the GPU
-// tests' (tests/cuda/trace_gen.hpp); the host controllers are the ones the
+// tests' (tests/support/trace_gen.hpp); the host controllers are the ones the
 // device is compared against.
 #include <catch2/catch.hpp>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../cuda/trace_gen.hpp"
+#include "../support/trace_gen.hpp"
 #include "gnmr/presets.hpp"
 
 TEST_CASE("preset GPU test trace makes every preset act within the quick step count",

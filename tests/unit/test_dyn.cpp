@@ -1,8 +1,8 @@
 // DynController and presets::make(): every name builds, every override
 // reaches the policy it names (checked against a typed controller built by
-// hand with that value), wrong names and misplaced overrides are rejected
-// with a message that lists the valid ones, and state round-trips through
-// the virtual save()/load().
+// hand with that value), and wrong names and misplaced overrides are
+// rejected with a message that lists the valid ones. State, DynAdapter and
+// with_preset: test_dyn_state.cpp.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -20,58 +20,17 @@
 #include "gnmr/presets.hpp"
 #include "gnmr/state.hpp"
 
+#include "../support/dyn_runs.hpp"
+
 namespace {
 
 namespace presets = gnmr::presets;
 using presets::Options;
 
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-// Rows of per-unit norms: noisy levels, spikes, and a few non-finite entries.
-std::vector<std::vector<float>> rows(std::uint64_t seed, std::size_t units, int steps) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> nd(0.0, 1.0);
-  std::uniform_real_distribution<double> ud(0.0, 1.0);
-  std::vector<std::vector<float>> out;
-  for (int t = 0; t < steps; ++t) {
-    std::vector<float> r(units);
-    for (std::size_t u = 0; u < units; ++u) {
-      double x = (0.5 + 0.3 * u) * std::exp(0.2 * nd(rng));
-      const double p = ud(rng);
-      if (p < 0.03) x *= 3.0 + 30.0 * ud(rng);
-      r[u] = p > 0.995 ? kNaN : static_cast<float>(x);
-    }
-    out.push_back(r);
-  }
-  return out;
-}
-
-std::size_t units_for(const std::string& name) { return presets::is_global(name) ? 1 : 5; }
-
-// Runs both on the same rows; decisions and reports must match bit for bit.
-template <class C>
-void same_run(gnmr::DynController& d, C& c, std::uint64_t seed, int steps = 400) {
-  REQUIRE(d.num_units() == c.num_units());
-  for (const auto& r : rows(seed, c.num_units(), steps)) {
-    const auto& a = d.step_norms(r);
-    const auto& b = c.step_norms(r);
-    REQUIRE(a.step == b.step);
-    REQUIRE(a.triggered == b.triggered);
-    REQUIRE(a.skip_step == b.skip_step);
-    for (std::size_t u = 0; u < c.num_units(); ++u) {
-      INFO("step " << b.step << " unit " << u);
-      REQUIRE(d.decisions()[u].scale == c.decisions()[u].scale);
-      REQUIRE(d.decisions()[u].flags == c.decisions()[u].flags);
-      REQUIRE(std::memcmp(&d.reports()[u], &c.reports()[u], sizeof(gnmr::UnitReport)) == 0);
-    }
-  }
-}
-
-int triggered_total(gnmr::DynController& d, std::uint64_t seed, int steps = 400) {
-  int n = 0;
-  for (const auto& r : rows(seed, d.num_units(), steps)) n += d.step_norms(r).triggered;
-  return static_cast<int>(n);
-}
+using dyntest::rows;
+using dyntest::same_run;
+using dyntest::triggered_total;
+using dyntest::units_for;
 
 TEST_CASE("make() builds every preset with the published defaults", "[dyn]") {
   const auto names = presets::names();
@@ -282,123 +241,4 @@ TEST_CASE("bad names and misplaced overrides are rejected with the valid choices
   CHECK_THROWS_AS(presets::make("gnmr", 0), std::invalid_argument);
 }
 
-TEST_CASE("DynController state round-trips through save()/load()", "[dyn]") {
-  for (const auto& name : presets::names()) {
-    INFO(name);
-    const std::size_t n = units_for(name);
-    auto a = presets::make(name, n);
-    const auto tr = rows(41, n, 500);
-    for (int t = 0; t < 250; ++t) a->step_norms(tr[t]);
-    const std::vector<std::uint8_t> blob = a->save();
-    auto b = presets::make(name, n);
-    b->load(blob);
-    CHECK(b->steps_done() == 250);
-    for (int t = 250; t < 500; ++t) {
-      const auto& sa = a->step_norms(tr[t]);
-      const auto& sb = b->step_norms(tr[t]);
-      REQUIRE(sa.step == sb.step);
-      for (std::size_t u = 0; u < n; ++u) {
-        REQUIRE(a->decisions()[u].scale == b->decisions()[u].scale);
-        REQUIRE(a->decisions()[u].flags == b->decisions()[u].flags);
-        REQUIRE(std::memcmp(&a->reports()[u], &b->reports()[u], sizeof(gnmr::UnitReport)) == 0);
-      }
-    }
-  }
-}
-
-TEST_CASE("loading another preset's blob fails and changes nothing", "[dyn]") {
-  auto g = presets::make("gnmr", 5);
-  auto h = presets::make("gnmr", 5);
-  const auto tr = rows(51, 5, 200);
-  for (int t = 0; t < 100; ++t) g->step_norms(tr[t]), h->step_norms(tr[t]);
-  auto z = presets::make("adagc", 5);
-  z->step_norms(tr[0]);
-  CHECK_THROWS_AS(g->load(z->save()), gnmr::StateError);        // other policies
-  CHECK_THROWS_AS(g->load(presets::make("gnmr", 4)->save()), gnmr::StateError);  // other N
-  Options win;
-  win.mean = std::string("window");
-  CHECK_THROWS_AS(g->load(presets::make("gnmr", 5, win)->save()), gnmr::StateError);
-  auto blob = h->save();
-  blob[blob.size() / 2] ^= 0x40u;  // corrupted
-  CHECK_THROWS_AS(g->load(blob), gnmr::StateError);
-  CHECK(g->steps_done() == 100);
-  for (int t = 100; t < 200; ++t) {
-    g->step_norms(tr[t]);
-    h->step_norms(tr[t]);
-    for (std::size_t u = 0; u < 5; ++u) REQUIRE(g->decisions()[u].scale == h->decisions()[u].scale);
-  }
-}
-
-TEST_CASE("DynAdapter wraps any controller; partials and unit sizes go through", "[dyn]") {
-  using Rms = gnmr::GnmrController<gnmr::RmsNorm>;
-  auto d = gnmr::make_dyn(Rms(2));
-  CHECK(d->name() == "rms/ema/gnmr/clip_to_mean/maxo");
-  const std::vector<float> partials = {16.0f, 9.0f};
-  CHECK_THROWS_AS(d->step(partials), std::logic_error);  // RMS needs the sizes
-  CHECK_THROWS_AS(d->set_unit_numel(std::vector<std::uint64_t>{4, 0}), std::invalid_argument);
-  CHECK_THROWS_AS(d->set_unit_numel(std::vector<std::uint64_t>{4}), std::invalid_argument);
-  d->set_unit_numel(std::vector<std::uint64_t>{4, 1});
-  d->step(partials);
-  CHECK(d->reports()[0].norm == 2.0f);  // sqrt(16 / 4)
-  CHECK(d->reports()[1].norm == 3.0f);  // sqrt(9 / 1)
-
-  // The typed controller stays reachable through the adapter.
-  gnmr::DynAdapter<presets::ZClip> ad(presets::zclip(1), "mine");
-  CHECK(ad.name() == "mine");
-  CHECK(ad.controller().policies().trigger.z == 2.5f);
-
-  // step() from L2 partials equals step_norms() from their square roots.
-  auto p = presets::make("gnmr", 3);
-  auto q = presets::make("gnmr", 3);
-  for (int t = 0; t < 50; ++t) {
-    const float k = 1.0f + static_cast<float>(t % 4);  // exact squares
-    const std::vector<float> norms = {k, 2.0f * k, t == 30 ? 40.0f : 0.5f * k};
-    const std::vector<float> sq = {k * k, 4.0f * k * k, norms[2] * norms[2]};
-    p->step(sq);
-    q->step_norms(norms);
-    for (std::size_t u = 0; u < 3; ++u) REQUIRE(p->decisions()[u].scale == q->decisions()[u].scale);
-  }
-  CHECK(p->summary().step == 50);
-}
-
 }  // namespace
-
-TEST_CASE("with_preset hands over the controller that make() wraps", "[dyn][presets]") {
-  // The CUDA facade (gnmr::cuda::make_device) is built on with_preset: the
-  // typed controller it receives must be make()'s, policies and overrides
-  // included: same blob header (policy fingerprint, state size, steps) and
-  // the same decisions and reports on the same partials. (The payloads are
-  // not compared byte for byte: a UnitState's padding bytes are unspecified.)
-  gnmr::presets::Options o;
-  o.max_o = 2;
-  o.tau = 2.5f;
-  for (const std::string& name : gnmr::presets::names()) {
-    const bool gnmr_like = name.rfind("gnmr", 0) == 0;
-    const gnmr::presets::Options& opt = gnmr_like ? o : gnmr::presets::Options{};
-    const std::size_t n = gnmr::presets::is_global(name) ? 1 : 5;
-    auto dyn = gnmr::presets::make(name, n, opt);
-    std::vector<std::vector<float>> trace = {{1.0f, 4.0f, 1.0f, 0.5f, 2.0f}, {1.1f, 3.9f, 0.9f, 0.6f, 2.1f},
-                                             {1.0f, 400.0f, 1.0f, 0.5f, 2.0f}};
-    for (auto& p : trace) p.resize(n);
-    const auto blob = gnmr::presets::with_preset(name, n, opt, [&](auto c) {
-      for (const auto& p : trace) {
-        dyn->step(p);
-        c.step(p.data(), n);
-        for (std::size_t i = 0; i < n; ++i) {
-          CHECK(c.decisions()[i].flags == dyn->decisions()[i].flags);
-          CHECK(c.decisions()[i].scale == dyn->decisions()[i].scale);
-          CHECK(c.reports()[i].risk == dyn->reports()[i].risk);
-        }
-      }
-      return gnmr::save_state(c);
-    });
-    const auto other = dyn->save();
-    REQUIRE(blob.size() == other.size());
-    CHECK(std::equal(blob.begin(), blob.begin() + gnmr::kStateHeaderBytes, other.begin()));
-    const std::uint32_t slots =
-        gnmr::presets::with_preset(name, n, opt, [](auto c) { return c.policies().budget.slots(); });
-    CHECK(slots == dyn->max_in_recovery());
-    if (gnmr_like) CHECK(slots == 2u);
-  }
-  CHECK_THROWS_AS(gnmr::presets::with_preset("nope", 1, {}, [](auto) { return 0; }), std::invalid_argument);
-}

@@ -155,7 +155,7 @@ TEST_CASE("spam preset reproduces SPAM's spike rule per unit", "[presets]") {
         const auto& d = c.decisions()[u];
         INFO("theta " << theta);
         cmp(ref[u](row[u]), d, is_triggered(d), t + 1, u);
-        // Our reading of SPEC §2 "momentum reset": the spiking unit's moments.
+        // Our reading of "momentum reset" (docs/presets.md, spam): the spiking unit's moments.
         REQUIRE(((d.flags & kResetMoments) != 0u) == is_triggered(d));
       }
     }

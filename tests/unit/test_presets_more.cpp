@@ -112,7 +112,7 @@ TEST_CASE("none preset never acts on a finite norm", "[presets]") {
 }
 
 // ------------------------------------------------------ GNMR defaults -----
-TEST_CASE("gnmr presets carry SPEC §1 defaults", "[presets]") {
+TEST_CASE("gnmr presets carry the defaults of docs/algorithm.md", "[presets]") {
   const auto g = presets::gnmr_default(4);
   CHECK(g.policies().mean.beta == 0.99f);
   CHECK(g.policies().trigger.tau == 3.0f);

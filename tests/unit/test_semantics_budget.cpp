@@ -1,5 +1,5 @@
 // Step-by-step semantics of the MaxO budget inside GnmrController
-// (SPEC §1.6-1.8): contention for the free slots (rho descending, ties to
+// (docs/algorithm.md, Budget to Report): contention for the free slots (rho descending, ties to
 // the lower index), the lock window t .. t+lock-1 and its release at
 // t+lock, re-triggering inside a lock, the cool-down, the per-unit clip
 // scale and the step summary.

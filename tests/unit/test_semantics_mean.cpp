@@ -1,5 +1,5 @@
 // Step-by-step semantics of what the controller feeds its mean tracker
-// (SPEC §1.2, §2b): the raw norm on a normal step, min(n, tau*mu) on a
+// (docs/algorithm.md, Mean): the raw norm on a normal step, min(n, tau*mu) on a
 // triggered step (granted, denied or already locked alike), nothing on a
 // non-finite step, which also stays out of the Delta-GNMR history, the
 // budget and the summary's max ratio. Then the other trackers inside the

@@ -1,13 +1,13 @@
-// GnmrController against an independent double-precision model of SPEC §1
+// GnmrController against an independent double-precision model of docs/algorithm.md
 // on long random traces: per-unit noise, isolated spikes, bursts where
 // many units spike at once (budget contention), dips, zeros and
 // NaN/+Inf/-Inf norms, over randomly drawn hyperparameters (maxO, lock,
 // cool-down, warm-up, w, tau, delta, beta, kappa) and three mean trackers
 // (bias-corrected EMA, cumulative, window).
 //
-// The model is a plain re-reading of SPEC §1 written without looking at
-// detail/step.hpp: containers, doubles, a full sort for the slot
-// selection. Flags, lock counts, step numbers and the summary's counts and
+// The model (semantics_ref.hpp) is a plain re-reading of docs/algorithm.md
+// written without looking at detail/step.hpp: containers, doubles, a full
+// sort for the slot selection. Flags, lock counts, step numbers and the summary's counts and
 // max-ratio unit must match exactly; means, ratios, deltas, risks and
 // scales within 1e-4 relative (fp32 vs double). To keep "exactly" honest
 // when fp32 and double could land on different sides of a comparison, a
@@ -26,221 +26,12 @@
 #include <string>
 #include <vector>
 
+#include "semantics_ref.hpp"
 #include "semantics_util.hpp"
 
 namespace {
 
 using namespace semtest;
-
-enum class MeanKind { kEma, kCumulative, kWindow };
-
-struct Cfg {
-  MeanKind kind;
-  double beta;      // EMA
-  int mean_window;  // WindowMean
-  double tau, delta;
-  std::uint32_t warmup;
-  int w;
-  int max_o, lock, cooldown;
-  double kappa;
-  double eps;
-  std::size_t units;
-  int steps;
-  bool zero_is_sample = false;  // ControllerOptions: is n = 0 a sample?
-};
-
-std::string describe(const Cfg& c) {
-  std::ostringstream os;
-  os << "mean=" << (c.kind == MeanKind::kEma ? "ema" : c.kind == MeanKind::kCumulative ? "cum" : "win")
-     << " beta=" << c.beta << " W=" << c.mean_window << " tau=" << c.tau << " delta=" << c.delta
-     << " warmup=" << c.warmup << " w=" << c.w << " maxO=" << c.max_o << " lock=" << c.lock
-     << " cooldown=" << c.cooldown << " kappa=" << c.kappa << " N=" << c.units
-     << " zero_is_sample=" << c.zero_is_sample;
-  return os.str();
-}
-
-// ---- The reference model ---------------------------------------------------
-struct RefUnit {
-  double m = 0.0, sum = 0.0;
-  std::uint64_t k = 0;
-  std::deque<double> win;     // last W accepted samples (window mean)
-  std::deque<double> ratios;  // last w defined ratios of finite steps
-  std::int64_t granted_at = 0;
-};
-
-struct RefOut {
-  std::uint32_t flags = 0;
-  double mean = 0, ratio = 0, delta = 0, risk = 0, scale = 1, hist = 0;
-  int lock_left = 0;
-  bool finite = true, defined = false, triggered = false, zero = false;
-};
-
-struct RefSummary {
-  std::uint32_t triggered = 0, granted = 0, in_recovery = 0, denied = 0, nonfinite = 0,
-                released = 0;
-  double max_ratio = 0;
-  int max_unit = -1;
-};
-
-class Ref {
- public:
-  Ref(const Cfg& c) : c_(c), u_(c.units) {}
-
-  double mean(const RefUnit& u) const {
-    if (u.k == 0) return 0.0;
-    switch (c_.kind) {
-      case MeanKind::kEma:
-        return u.m / (1.0 - std::pow(c_.beta, static_cast<double>(u.k)));
-      case MeanKind::kCumulative:
-        return u.sum / static_cast<double>(u.k);
-      default:
-        return std::accumulate(u.win.begin(), u.win.end(), 0.0) / u.win.size();
-    }
-  }
-  void push(RefUnit& u, double x) const {
-    ++u.k;
-    u.m = c_.beta * u.m + (1.0 - c_.beta) * x;
-    u.sum += x;
-    u.win.push_back(x);
-    if (static_cast<int>(u.win.size()) > c_.mean_window) u.win.pop_front();
-  }
-
-  // Phase 1 of SPEC §1 for unit i at step t (pure).
-  RefOut evaluate(std::size_t i, float norm, std::int64_t t) const {
-    const RefUnit& u = u_[i];
-    RefOut o;
-    const std::int64_t g = u.granted_at;
-    const bool in_rec = g > 0 && t < g + c_.lock;
-    if (in_rec) o.flags |= gnmr::kInRecovery;
-    else if (g > 0 && t < g + c_.lock + c_.cooldown) o.flags |= gnmr::kCooldown;
-    if (g > 0 && t == g + c_.lock) o.flags |= gnmr::kReleased;
-    o.mean = mean(u);
-    if (!std::isfinite(norm)) {
-      o.finite = false;
-      o.flags |= gnmr::kNonFinite | gnmr::kSkip;
-      o.risk = std::numeric_limits<double>::infinity();
-      o.scale = 0.0;
-      return o;
-    }
-    const double n = norm;
-    if (n == 0.0 && !c_.zero_is_sample) {  // no gradient: not a sample at all
-      o.zero = true;
-      o.flags |= gnmr::kZeroNorm;
-      return o;
-    }
-    if (u.k == 0) {
-      o.flags |= gnmr::kWarmup;
-      return o;
-    }
-    o.defined = true;
-    o.ratio = n / std::max(o.mean, c_.eps);
-    if (!u.ratios.empty()) {
-      o.hist = std::accumulate(u.ratios.begin(), u.ratios.end(), 0.0) / u.ratios.size();
-      o.delta = o.ratio - o.hist;
-    }
-    if (u.k < c_.warmup) {
-      o.flags |= gnmr::kWarmup;
-      return o;
-    }
-    o.risk = std::max({o.ratio / c_.tau, o.delta / c_.delta, 0.0});
-    o.triggered = o.ratio > c_.tau || o.delta > c_.delta;
-    if (o.triggered) o.flags |= gnmr::kTriggered;
-    return o;
-  }
-
-  static bool candidate(const RefOut& o) {
-    return o.triggered && !(o.flags & (gnmr::kInRecovery | gnmr::kCooldown));
-  }
-
-  // Would fp32 rounding be able to flip a decision of this step?
-  bool ambiguous(const std::vector<float>& norms, std::int64_t t) const {
-    const double tol = 1e-3;
-    std::vector<double> risks, ratios;
-    for (std::size_t i = 0; i < norms.size(); ++i) {
-      const RefOut o = evaluate(i, norms[i], t);
-      if (!o.finite || !o.defined) continue;
-      ratios.push_back(o.ratio);
-      if (o.flags & gnmr::kWarmup) continue;
-      if (std::isfinite(c_.tau) && std::fabs(o.ratio - c_.tau) <= tol * c_.tau) return true;
-      const double mag = std::fabs(o.ratio) + std::fabs(o.hist) + c_.delta;
-      if (std::isfinite(c_.delta) && std::fabs(o.delta - c_.delta) <= tol * mag) return true;
-      if (candidate(o)) risks.push_back(o.risk);
-    }
-    const auto close_pair = [&](std::vector<double>& v) {
-      std::sort(v.begin(), v.end());
-      for (std::size_t j = 1; j < v.size(); ++j)
-        if (v[j] - v[j - 1] <= tol * std::fabs(v[j])) return true;
-      return false;
-    };
-    if (close_pair(risks)) return true;
-    if (ratios.size() >= 2) {
-      std::sort(ratios.begin(), ratios.end());
-      const double a = ratios[ratios.size() - 1], b = ratios[ratios.size() - 2];
-      if (a - b <= tol * std::fabs(a)) return true;
-    }
-    return false;
-  }
-
-  RefSummary step(const std::vector<float>& norms) {
-    const std::int64_t t = ++t_;
-    const std::size_t n = norms.size();
-    out_.assign(n, RefOut{});
-    std::size_t held = 0;
-    std::vector<std::size_t> cand;
-    for (std::size_t i = 0; i < n; ++i) {
-      out_[i] = evaluate(i, norms[i], t);
-      held += (out_[i].flags & gnmr::kInRecovery) ? 1 : 0;
-      if (candidate(out_[i])) cand.push_back(i);
-    }
-    // Free slots to the highest risk, ties to the lower index.
-    std::sort(cand.begin(), cand.end(), [&](std::size_t a, std::size_t b) {
-      if (out_[a].risk != out_[b].risk) return out_[a].risk > out_[b].risk;
-      return a < b;
-    });
-    const std::size_t free_slots =
-        held >= static_cast<std::size_t>(c_.max_o) ? 0 : c_.max_o - held;
-    for (std::size_t j = 0; j < cand.size() && j < free_slots; ++j) {
-      out_[cand[j]].flags |= gnmr::kGranted | gnmr::kInRecovery;
-      u_[cand[j]].granted_at = t;
-    }
-    RefSummary s;
-    for (std::size_t i = 0; i < n; ++i) {
-      RefOut& o = out_[i];
-      RefUnit& u = u_[i];
-      if (o.triggered && !(o.flags & gnmr::kInRecovery)) o.flags |= gnmr::kDenied;
-      const bool in_rec = (o.flags & gnmr::kInRecovery) != 0;
-      o.lock_left = in_rec ? static_cast<int>(u.granted_at + c_.lock - t) : 0;
-      if (o.finite) {
-        const double x = norms[i];
-        if (in_rec) o.scale = x > 0 ? std::min(1.0, c_.kappa * o.mean / x) : 1.0;
-        if (o.defined) {
-          u.ratios.push_back(o.ratio);
-          if (static_cast<int>(u.ratios.size()) > c_.w) u.ratios.pop_front();
-        }
-        if (!o.zero) push(u, o.triggered ? std::min(x, c_.tau * o.mean) : x);
-        if (o.defined && (s.max_unit < 0 || o.ratio > s.max_ratio)) {
-          s.max_ratio = o.ratio;
-          s.max_unit = static_cast<int>(i);
-        }
-      }
-      s.triggered += o.triggered;
-      s.granted += (o.flags & gnmr::kGranted) ? 1 : 0;
-      s.in_recovery += in_rec;
-      s.denied += (o.flags & gnmr::kDenied) ? 1 : 0;
-      s.nonfinite += !o.finite;
-      s.released += (o.flags & gnmr::kReleased) ? 1 : 0;
-    }
-    return s;
-  }
-
-  const std::vector<RefOut>& out() const { return out_; }
-
- private:
-  Cfg c_;
-  std::vector<RefUnit> u_;
-  std::vector<RefOut> out_;
-  std::int64_t t_ = 0;
-};
 
 // ---- Portable random numbers (std distributions differ between libraries).
 struct Rng {
@@ -374,7 +165,8 @@ Cfg random_cfg(Rng& r, MeanKind kind) {
 
 }  // namespace
 
-TEST_CASE("controller matches a double-precision SPEC model: EMA mean", "[semantics][reference]") {
+TEST_CASE("controller matches a double-precision reference model: EMA mean",
+          "[semantics][reference]") {
   Rng r{0x5eed0001};
   for (int k = 0; k < 24; ++k) {
     const Cfg cfg = random_cfg(r, MeanKind::kEma);
@@ -382,14 +174,14 @@ TEST_CASE("controller matches a double-precision SPEC model: EMA mean", "[semant
   }
 }
 
-TEST_CASE("controller matches a double-precision SPEC model: cumulative mean",
+TEST_CASE("controller matches a double-precision reference model: cumulative mean",
           "[semantics][reference]") {
   Rng r{0x5eed0002};
   for (int k = 0; k < 12; ++k)
     run_against_reference(random_cfg(r, MeanKind::kCumulative), gnmr::CumulativeMean{}, 2000 + k);
 }
 
-TEST_CASE("controller matches a double-precision SPEC model: window mean",
+TEST_CASE("controller matches a double-precision reference model: window mean",
           "[semantics][reference]") {
   Rng r{0x5eed0003};
   for (int k = 0; k < 12; ++k) {
@@ -401,7 +193,7 @@ TEST_CASE("controller matches a double-precision SPEC model: window mean",
 }
 
 TEST_CASE("controller matches the model on the default hyperparameters", "[semantics][reference]") {
-  // SPEC defaults: beta 0.99, tau 3, delta 1.5, warmup 10, w 4, maxO 4,
+  // docs/algorithm.md defaults: beta 0.99, tau 3, delta 1.5, warmup 10, w 4, maxO 4,
   // lock 8, cooldown 0, kappa 1; 32 units, contention from the bursts.
   Cfg cfg{MeanKind::kEma, static_cast<double>(0.99f), 16, 3.0, 1.5, 10, 4, 4, 8, 0, 1.0,
           static_cast<double>(1e-12f), 32, 1500};

@@ -15,7 +15,7 @@
 #include <cstring>
 #include <vector>
 
-#include "../cuda/trace_gen.hpp"
+#include "../support/trace_gen.hpp"
 #include "semantics_util.hpp"
 
 using namespace semtest;

@@ -1,8 +1,8 @@
 // Step-by-step semantics of the default trigger inside GnmrController
-// (SPEC §1.2-1.5): warm-up, the ratio test r > tau, the Delta-GNMR test
+// (docs/algorithm.md, GNMR and Delta-GNMR, Trigger): warm-up, the ratio test r > tau, the Delta-GNMR test
 // d > delta over the last w defined ratios, and the risk rho.
 //
-// Every expected number is derived in the comments from SPEC's formulas.
+// Every expected number is derived in the comments from docs/algorithm.md's formulas.
 // Most traces use EmaMean{beta = 0.5} with a constant norm of 1, for which
 // the bias-corrected mean is exactly 1 in fp32 (m_k = 1 - 2^-k,
 // 1 - beta^k = 1 - 2^-k), so r = n exactly and threshold tests can sit

@@ -36,7 +36,7 @@ TEST_CASE("zero norms are not samples by default", "[semantics][zero]") {
   CHECK(semtest::bytes_of(c.unit_states()[0]) == semtest::bytes_of(before));
 }
 
-TEST_CASE("zero_is_sample = true feeds zeros, which SPEC's literal rule gets stuck on",
+TEST_CASE("zero_is_sample = true feeds zeros, which the literal rule gets stuck on",
           "[semantics][zero]") {
   gnmr::ControllerOptions opt;
   opt.zero_is_sample = true;

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "../cuda/trace_gen.hpp"
+#include "../support/trace_gen.hpp"
 #include "gnmr/controller.hpp"
 #include "gnmr/policy/ladder.hpp"
 #include "gnmr/policy/mean_var.hpp"

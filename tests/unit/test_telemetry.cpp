@@ -2,8 +2,9 @@
 //
 // Hand-built StepSummary / UnitReport records are logged and compared with
 // hand-written expected lines; a scripted controller run is logged and each
-// line parsed back (a small strict JSON parser below) and checked against
-// the controller's own reports and against hand-computed ratios.
+// line parsed back (tests/support/flat_json.hpp) and checked against the
+// controller's own reports and against hand-computed ratios. The event log
+// allocates nothing per step (the counter: tests/support/alloc_counter.hpp).
 #include <catch2/catch.hpp>
 
 #include <cctype>
@@ -22,133 +23,25 @@
 #include <string>
 #include <vector>
 
+#include "../support/alloc_counter.hpp"
+#include "../support/flat_json.hpp"
 #include "gnmr/controller.hpp"
 #include "gnmr/host/norms.hpp"
 #include "gnmr/presets.hpp"
 #include "gnmr/telemetry.hpp"
 
-// ---- allocation counter (not under ASan, which owns operator new) --------
-#if defined(__SANITIZE_ADDRESS__)
-#define GNMR_TEST_COUNT_ALLOCS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define GNMR_TEST_COUNT_ALLOCS 0
-#endif
-#endif
-#ifndef GNMR_TEST_COUNT_ALLOCS
-#define GNMR_TEST_COUNT_ALLOCS 1
-#endif
-
+using flat_json::JObject;
+using flat_json::JParser;
+using flat_json::JValue;
 #if GNMR_TEST_COUNT_ALLOCS
-// GCC 12 sees free() on memory from "operator new" once the replacement is
-// inlined and calls it a mismatch; both sides are this file's malloc/free.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-namespace {
-bool g_count_allocs = false;
-std::size_t g_allocs = 0;
-}  // namespace
-void* operator new(std::size_t n) {
-  if (g_count_allocs) ++g_allocs;
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+using alloc_counter::g_allocs;
+using alloc_counter::g_count_allocs;
 #endif
 
 namespace {
 
 const float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-// ---- a strict parser for the flat JSON objects the log writes -------------
-struct JValue {
-  enum Kind { kString, kNumber, kNull } kind = kNull;
-  std::string text;  // string contents (unescaped) or the number's literal
-};
-using JObject = std::map<std::string, JValue>;
-
-struct JParser {
-  const std::string& s;
-  std::size_t i = 0;
-  bool ok = true;
-  void fail() { ok = false; i = s.size(); }
-  bool eat(char c) {
-    if (i < s.size() && s[i] == c) return ++i, true;
-    return false;
-  }
-  std::string str() {
-    std::string out;
-    if (!eat('"')) return fail(), out;
-    while (i < s.size() && s[i] != '"') {
-      const char c = s[i++];
-      if (static_cast<unsigned char>(c) < 0x20) return fail(), out;
-      if (c != '\\') {
-        out += c;
-        continue;
-      }
-      if (i >= s.size()) return fail(), out;
-      const char e = s[i++];
-      if (e == '"' || e == '\\' || e == '/') {
-        out += e;
-      } else if (e == 'n') {
-        out += '\n';
-      } else if (e == 'u' && i + 4 <= s.size()) {
-        out += static_cast<char>(std::strtol(s.substr(i, 4).c_str(), nullptr, 16));
-        i += 4;
-      } else {
-        return fail(), out;
-      }
-    }
-    if (!eat('"')) fail();
-    return out;
-  }
-  JValue value() {
-    JValue v;
-    if (i < s.size() && s[i] == '"') {
-      v.kind = JValue::kString;
-      v.text = str();
-    } else if (s.compare(i, 4, "null") == 0) {
-      i += 4;
-    } else {
-      // JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
-      const std::size_t b = i;
-      eat('-');
-      if (eat('0')) {
-      } else if (i < s.size() && s[i] >= '1' && s[i] <= '9') {
-        while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
-      } else {
-        fail();
-      }
-      if (eat('.')) {
-        if (!(i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])))) fail();
-        while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
-      }
-      if (eat('e') || eat('E')) {
-        if (!eat('+')) eat('-');
-        if (!(i < s.size() && std::isdigit(static_cast<unsigned char>(s[i])))) fail();
-        while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
-      }
-      v.kind = JValue::kNumber;
-      v.text = s.substr(b, i - b);
-    }
-    return v;
-  }
-  JObject object() {
-    JObject o;
-    if (!eat('{')) return fail(), o;
-    do {
-      const std::string k = str();
-      if (!eat(':')) return fail(), o;
-      if (o.count(k)) return fail(), o;  // duplicate key
-      o[k] = value();
-    } while (ok && eat(','));
-    if (!eat('}') || i != s.size()) fail();
-    return o;
-  }
-};
 
 JObject parse_line(const std::string& line) {
   JParser p{line};
@@ -407,62 +300,6 @@ TEST_CASE("EventLog allocates nothing per step", "[telemetry]") {
   CHECK(nb.bytes > 0);
 }
 
-// The allocation counter lives in this file, so the per-step promise of
-// gnmr/host/norms.hpp is checked here: once the thread's scratch has grown,
-// a call on a valid layout allocates nothing (the segment checks included).
-TEST_CASE("host_unit_partials allocates nothing per step", "[telemetry][norms]") {
-  using namespace gnmr;
-  const std::uint32_t units = 40;
-  std::vector<float> g(64, 0.5f);
-  std::vector<Segment> segs;
-  for (std::uint32_t i = 0; i < 300; ++i) segs.push_back({g.data(), g.size(), DType::kF32, i % units});
-  std::vector<float> partials(units, -1.0f);
-  host_unit_partials(segs, partials);  // warm: the thread_local scratch grows once
-  g_allocs = 0;
-  g_count_allocs = true;
-  for (int t = 0; t < 50; ++t) host_unit_partials(segs, partials);
-  g_count_allocs = false;
-  CHECK(g_allocs == 0);
-  // 300 / 40 units: units 0..19 own 8 segments, 20..39 own 7; each adds 64 * 0.25.
-  CHECK(partials[0] == 8 * 16.0f);
-  CHECK(partials[39] == 7 * 16.0f);
-}
-
-// The controller's guarantee (docs): every buffer is allocated at
-// construction, a step allocates nothing — with grants, denials, locks,
-// non-finite norms and zero norms happening during the counted steps.
-TEST_CASE("GnmrController and presets allocate nothing per step", "[telemetry][alloc]") {
-  using namespace gnmr;
-  const std::size_t units = 64;
-  std::vector<float> norms(units);
-  auto fill = [&](int t) {
-    for (std::size_t i = 0; i < units; ++i) {
-      norms[i] = 1.0f + 0.01f * static_cast<float>((i * 7 + static_cast<std::size_t>(t)) % 13);
-      if (t > 30 && (t % 9 == 0) && i % 3 == 0) norms[i] *= 20.0f;  // contention
-      if (t % 17 == 0 && i == 5) norms[i] = kNaN;
-      if (t % 13 == 0 && i == 6) norms[i] = 0.0f;
-    }
-  };
-  GnmrController<> ctl(units);
-  std::vector<std::unique_ptr<DynController>> dyn;
-  for (const char* name : {"gnmr", "gnmr-ladder", "adagc", "spam", "stabilizer"})
-    dyn.push_back(presets::make(name, units));
-  std::uint64_t granted = 0, denied = 0;
-  for (int t = 1; t <= 200; ++t) {
-    fill(t);
-    g_allocs = 0;
-    g_count_allocs = true;
-    const StepSummary& s = ctl.step_norms(norms);
-    for (auto& d : dyn) d->step_norms(norms.data(), units);
-    g_count_allocs = false;
-    INFO("step " << t);
-    REQUIRE(g_allocs == 0);
-    granted += s.granted;
-    denied += s.denied;
-  }
-  CHECK(granted > 0);  // the counted steps did exercise the budget
-  CHECK(denied > 0);
-}
 #endif
 
 TEST_CASE("EventLog agrees with a controller's reports on a scripted run", "[telemetry]") {

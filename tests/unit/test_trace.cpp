@@ -265,3 +265,35 @@ TEST_CASE("TraceWriter rejects what the reader would reject", "[trace]") {
   CHECK_THROWS_AS(w.write(4, r, 2), std::invalid_argument);
   CHECK_THROWS_AS(w.write(3, r, 2), std::invalid_argument);
 }
+
+TEST_CASE("parse_float / parse_int64: the trace's number syntax, whole text only", "[trace]") {
+  float f = -7.0f;
+  REQUIRE(gnmr::parse_float("1.5", f));
+  CHECK(f == 1.5f);
+  REQUIRE(gnmr::parse_float("+2e3", f));
+  CHECK(f == 2000.0f);
+  REQUIRE(gnmr::parse_float("-Infinity", f));
+  CHECK((std::isinf(f) && f < 0.0f));
+  REQUIRE(gnmr::parse_float("NaN", f));
+  CHECK(std::isnan(f));
+  REQUIRE(gnmr::parse_float("1e39", f));  // beyond the float range: +inf
+  CHECK((std::isinf(f) && f > 0.0f));
+  REQUIRE(gnmr::parse_float("3.40282347e+38", f));
+  CHECK(bits(f) == 0x7f7fffffu);
+  f = -7.0f;
+  for (const char* bad : {"", " 1", "1,5", "0x10", "1.5x", "--1", "+-1", "e5"}) {
+    CHECK_FALSE(gnmr::parse_float(bad, f));
+    CHECK(f == -7.0f);  // unchanged on failure
+  }
+
+  std::int64_t i = -7;
+  REQUIRE(gnmr::parse_int64("+42", i));
+  CHECK(i == 42);
+  REQUIRE(gnmr::parse_int64("-9223372036854775808", i));
+  CHECK(i == std::numeric_limits<std::int64_t>::min());
+  i = -7;
+  for (const char* bad : {"", "12abc", "9223372036854775808", "1.0", "0x1", " 3"}) {
+    CHECK_FALSE(gnmr::parse_int64(bad, i));
+    CHECK(i == -7);  // unchanged, also after a parsable prefix ("12abc")
+  }
+}

@@ -1,4 +1,4 @@
-// Bad input to GnmrController (SPEC §5): nonsense hyperparameters are
+// Bad input to GnmrController (docs/algorithm.md, State and bad input): nonsense hyperparameters are
 // rejected at construction with a std::invalid_argument whose message
 // names the policy parameter; bad per-step input (wrong size, null
 // pointer, missing or zero unit sizes) is rejected before anything is

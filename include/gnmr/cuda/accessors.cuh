@@ -1,5 +1,5 @@
 // gnmr/cuda/accessors.cuh — what a user's own optimizer kernel needs to
-// apply a controller's decisions (SPEC §3 step (d)).
+// apply a controller's decisions (step (d), docs/algorithm.md).
 //
 //   const gnmr::UnitDecision d = gnmr::cuda::decision(decisions, unit);  // one 8-byte load
 //   if (gnmr::cuda::step_skipped(summary)) return;  // a suggested global skip

@@ -1,5 +1,5 @@
 // gnmr/cuda/adamw.cuh — a ready fused multi-tensor AdamW that applies a
-// controller's decisions (SPEC §3 step (d)): fp32 master weights and
+// controller's decisions (step (d), docs/algorithm.md): fp32 master weights and
 // moments, fp32 / bf16 / fp16 gradients, one kernel launch per step, the
 // no-decay group (AdamWTensor::weight_decay = false) included.
 //
@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -226,11 +227,14 @@ __global__ void __launch_bounds__(gnmr::detail::kAdamWThreads)
 // controller's summary (DeviceController::summary()); when given, a step
 // whose skip_step is set (GlobalSkip, Ladder's top rung) changes nothing —
 // pass it whenever the recovery policy can ask for a global skip. Enqueue
-// only; throws std::invalid_argument for invalid hyperparameters.
+// only. Errors (common.cuh): an empty (default-constructed) plan or invalid
+// hyperparameters throw std::invalid_argument before anything is enqueued;
+// a launch error is returned.
 inline cudaError_t adamw_step(AdamWPlan& plan, const AdamWParams& h, const UnitDecision* decisions,
                               cudaStream_t stream = 0, const float* d_lr = nullptr,
                               const StepSummary* d_summary = nullptr) {
-  if (plan.num_chunks() == 0) return cudaErrorInvalidValue;
+  if (plan.num_chunks() == 0)
+    throw std::invalid_argument("gnmr: adamw_step: empty AdamWPlan (default-constructed or moved from)");
   const std::string bad = h.check();  // empty strings: no heap allocation
   if (!bad.empty()) throw std::invalid_argument(bad);
   detail::adamw_kernel<<<static_cast<unsigned int>(plan.num_chunks()), gnmr::detail::kAdamWThreads, 0,

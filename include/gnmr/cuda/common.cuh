@@ -3,11 +3,22 @@
 // whose order the host emulations in gnmr/detail/*.hpp replay.
 //
 // Conventions of the backend: constructors and plan builders allocate and
-// may synchronise (they run once, at setup) and throw gnmr::cuda::Error;
-// per-step entry points only enqueue work on the caller's stream, never
-// allocate, never synchronise, never copy to the host, and return the
-// cudaError_t of their launches (CUB style), so they can be captured in a
-// CUDA graph.
+// may synchronise (they run once, at setup); per-step entry points only
+// enqueue work on the caller's stream, never allocate, never synchronise,
+// never copy to the host, so they can be captured in a CUDA graph.
+//
+// Errors, one rule for the whole device API (docs/algorithm.md, Errors on
+// the device API): (1) a caller's mistake that the host can see before
+// enqueuing anything (a null pointer, an empty plan, a size or count
+// mismatch, an invalid hyperparameter, a call the configuration does not
+// allow) throws std::invalid_argument (std::logic_error for the last), and
+// nothing is enqueued or changed; (2) a failure reported by CUDA is
+// returned as the cudaError_t by the entry points that return one (the
+// per-step enqueues: unit_partials, DeviceController::step / step_norms /
+// copy_summary_async, adamw_step, SummaryRing::push; CUB style) and thrown
+// as gnmr::cuda::Error by every other (constructors, plan builders,
+// blocking copies, save/restore, TelemetryDrain, NcclReducer, whose NCCL
+// failures are std::runtime_error).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,5 +1,5 @@
 // gnmr/cuda/controller.cuh — DeviceController: the CUDA backend of one GNMR
-// step (SPEC §3 step (c)). All controller state lives on the device.
+// step (step (c), docs/algorithm.md). All controller state lives on the device.
 //
 //   gnmr::cuda::DeviceController<> ctl(num_units);           // allocates once
 //   gnmr::cuda::unit_partials(plan, d_partials, stream);      // step (a)
@@ -149,8 +149,11 @@ class DeviceController {
 
   // Telemetry without a sync: enqueue a copy of the summary into host
   // memory (pinned, for it to be truly asynchronous); read it after a later
-  // event or step has completed.
+  // event or step has completed. A null `host` throws std::invalid_argument;
+  // a copy error is returned.
   cudaError_t copy_summary_async(StepSummary* host, cudaStream_t stream = 0) const {
+    if (host == nullptr)
+      throw std::invalid_argument("gnmr: DeviceController::copy_summary_async: null host pointer");
     return cudaMemcpyAsync(host, b_.summary, sizeof(StepSummary), cudaMemcpyDeviceToHost, stream);
   }
 

@@ -1,10 +1,11 @@
 // gnmr/cuda/nccl_reducer.cuh — NcclReducer: combine the N per-unit partials
 // of all ranks of an NCCL communicator, in device memory, on the caller's
-// stream (SPEC §3 step (b), §4).
+// stream (step (b), docs/algorithm.md).
 //
 // Sync-free and CUDA-graph capturable: allreduce() only enqueues (at most a
 // tiny kernel, then one ncclAllReduce) on the given stream and never waits
-// for the device; errors it can see at enqueue time are thrown on the host.
+// for the device; errors it can see at enqueue time are thrown on the host
+// (gnmr::cuda::Error for a failed launch, std::runtime_error for NCCL).
 // Put it on the stream that computed the partials, after the gradient
 // reduce-scatter, before the device controller step: the user's optimizer
 // then reads decisions that are identical on every rank. One call per step
@@ -31,6 +32,8 @@
 #include <string>
 
 #include "gnmr/config.hpp"
+#include "gnmr/cuda/common.cuh"
+#include "gnmr/detail/numeric.hpp"
 #include "gnmr/policy/norm.hpp"
 #include "gnmr/reducer.hpp"
 
@@ -39,10 +42,7 @@ namespace cuda {
 namespace detail {
 
 __device__ __forceinline__ bool nccl_is_nan(float x) { return gnmr::is_nan(x); }
-__device__ __forceinline__ bool nccl_is_nan(double x) {
-  const unsigned long long u = static_cast<unsigned long long>(__double_as_longlong(x));
-  return (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull && (u & 0x000fffffffffffffull) != 0ull;
-}
+__device__ __forceinline__ bool nccl_is_nan(double x) { return gnmr::detail::is_nan_d(x); }
 
 template <class T>
 __global__ void nan_to_inf_kernel(T* p, std::size_t n) {
@@ -56,11 +56,6 @@ inline void nccl_check(ncclResult_t r, const char* what) {
   if (r != ncclSuccess)
     throw std::runtime_error(std::string("gnmr: NcclReducer: ") + what + " failed: " +
                              ncclGetErrorString(r));
-}
-inline void cuda_check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess)
-    throw std::runtime_error(std::string("gnmr: NcclReducer: ") + what + " failed: " +
-                             cudaGetErrorString(e));
 }
 
 template <class T>
@@ -112,7 +107,7 @@ class NcclReducer {
       const std::size_t want = (n + kThreads - 1) / kThreads;
       const unsigned blocks = static_cast<unsigned>(want < 1024 ? want : 1024);
       detail::nan_to_inf_kernel<T><<<blocks, kThreads, 0, stream>>>(p, n);
-      detail::cuda_check(cudaGetLastError(), "nan_to_inf launch");
+      check(cudaGetLastError(), "NcclReducer: nan_to_inf launch");
     }
     detail::nccl_check(ncclAllReduce(p, p, n, detail::NcclType<T>::kValue,
                                      op == Combine::kSum ? ncclSum : ncclMax, comm_, stream),

@@ -1,5 +1,5 @@
 // gnmr/cuda/norms.cuh — per-unit partial norms of device gradients
-// (SPEC §3 step (a)): one kernel launch per step, deterministic.
+// (step (a), docs/algorithm.md): one kernel launch per step, deterministic.
 //
 //   gnmr::cuda::NormPlan plan(segments, num_units);      // once, at setup
 //   gnmr::cuda::unit_partials<gnmr::L2Norm>(plan, d_partials, stream);  // every step
@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "gnmr/cuda/common.cuh"
@@ -184,11 +185,15 @@ __global__ void __launch_bounds__(gnmr::detail::kNormThreads, 4)
 
 // Writes the NormPolicy partial of every unit of the plan to d_partials
 // (plan.num_units() floats, device memory) on `stream`. Enqueue only: no
-// allocation, no synchronisation; capturable in a CUDA graph. Returns the
-// launch error, if any.
+// allocation, no synchronisation; capturable in a CUDA graph. Errors
+// (common.cuh): an empty (default-constructed) plan or a null d_partials
+// throws std::invalid_argument before anything is enqueued; a launch error
+// is returned.
 template <class Norm = L2Norm>
 cudaError_t unit_partials(const NormPlan& plan, float* d_partials, cudaStream_t stream = 0) {
-  if (plan.num_chunks() == 0 || d_partials == nullptr) return cudaErrorInvalidValue;
+  if (plan.num_chunks() == 0)
+    throw std::invalid_argument("gnmr: unit_partials: empty NormPlan (default-constructed or moved from)");
+  if (d_partials == nullptr) throw std::invalid_argument("gnmr: unit_partials: null partials");
   detail::norm_chunks_kernel<Norm>
       <<<static_cast<unsigned int>(plan.num_chunks()), gnmr::detail::kNormThreads, 0, stream>>>(
           plan.d_chunks(), plan.d_unit_begin(), plan.d_chunk_partials(), plan.d_counters(),

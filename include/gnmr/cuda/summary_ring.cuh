@@ -71,8 +71,11 @@ class SummaryRing {
   SummaryRing& operator=(const SummaryRing&) = delete;
   ~SummaryRing() { release(); }
 
-  // Enqueue: copy *d_value into the next slot, then record its event.
+  // Enqueue: copy *d_value into the next slot, then record its event. A
+  // null d_value throws std::invalid_argument (the ring is unchanged); a
+  // copy or event error is returned.
   cudaError_t push(const T* d_value, cudaStream_t stream = 0) {
+    if (d_value == nullptr) throw std::invalid_argument("gnmr: SummaryRing::push: null value");
     const std::uint32_t s = ring_.take();
     cudaError_t e =
         cudaMemcpyAsync(host_ + s, d_value, sizeof(T), cudaMemcpyDeviceToHost, stream);

@@ -6,7 +6,7 @@
 // same bits as a host replay. Every operation is a correctly rounded gnmr::fm
 // operation (no FMA contraction), hence host == device.
 //
-// How a UnitDecision acts (SPEC §1.7, §2b):
+// How a UnitDecision acts (docs/algorithm.md, Recovery):
 //   kSkip          the unit's param and moments are not written at all, and
 //                  its bias-correction step does not advance; a select, so a
 //                  NaN gradient in a skipped unit never reaches anything;

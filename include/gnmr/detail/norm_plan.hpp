@@ -3,7 +3,7 @@
 //
 // Why chunks: one block per *segment* (cub::DeviceSegmentedReduce) leaves a
 // LLaMA layout waiting on the one embedding-sized segment (330 GB/s on an
-// H100, SPEC §3). The plan, built once on the host, cuts every segment into
+// H100, docs/algorithm.md). The plan, built once on the host, cuts every segment into
 // chunks of at most chunk_elems elements and lists them grouped by unit; the
 // kernel runs one block per chunk and the last block of a unit to finish
 // folds that unit's chunk partials in chunk order.
@@ -25,6 +25,7 @@
 
 #include "gnmr/config.hpp"
 #include "gnmr/detail/half.hpp"
+#include "gnmr/detail/numeric.hpp"
 #include "gnmr/host/norms.hpp"
 #include "gnmr/policy/norm.hpp"
 
@@ -233,14 +234,7 @@ struct UnitFold {
   GNMR_HOST_DEVICE static T identity() { return static_cast<double>(Norm::identity()); }
   GNMR_HOST_DEVICE static T add(T a, float x) { return fm::dadd(a, static_cast<double>(x)); }
   GNMR_HOST_DEVICE static T merge(T a, T b) { return fm::dadd(a, b); }
-  GNMR_HOST_DEVICE static float finish(T a) {
-    // Round to nearest, +-Inf past the float range (a plain out-of-range
-    // double -> float cast is undefined behaviour on the host).
-    const double kOverflow = 340282356779733661637539395458142568448.0;  // 2^128 - 2^103
-    if (a >= kOverflow) return inf_f();
-    if (a <= -kOverflow) return -inf_f();
-    return static_cast<float>(a);
-  }
+  GNMR_HOST_DEVICE static float finish(T a) { return to_float_rn(a); }
 };
 template <class Norm>
 struct UnitFold<Norm, false> {

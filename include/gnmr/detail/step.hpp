@@ -36,7 +36,7 @@ struct ControllerOptions {
   // (kZeroNorm). Feeding zeros would drag mu toward 0, and a unit whose first
   // samples are all 0 would then have mu = 0 for good (the clamped feed
   // min(n, tau * 0) = 0 keeps it there) and trigger on every later step.
-  // true restores SPEC §1.2's literal rule (0 is fed like any norm).
+  // true: 0 is fed like any norm (docs/algorithm.md, Mean).
   bool zero_is_sample = false;
   // Many units trigger at once: a global action instead of the denials.
   // Off by default (action kOff): the controller then makes today's

@@ -1,6 +1,6 @@
 // gnmr/host/norms.hpp — per-unit partial norms of gradients in host memory.
 //
-// Step (a) of SPEC §3 for the host backend: a unit is one or more segments
+// Step (a) of docs/algorithm.md for the host backend: a unit is one or more segments
 // (pointer, element count, dtype); host_unit_partials() reduces every unit's
 // segments to the NormPolicy's *partial* (sum of squares for L2/RMS, max |x|
 // for Linf), the number GnmrController::step() takes and the number ranks
@@ -34,6 +34,7 @@
 
 #include "gnmr/config.hpp"
 #include "gnmr/detail/half.hpp"
+#include "gnmr/detail/numeric.hpp"
 #include "gnmr/policy/norm.hpp"
 
 namespace gnmr {
@@ -205,15 +206,6 @@ constexpr HostKernel host_kernel() {
     return HostKernel::kSumSquares;
   if (std::is_same<Norm, LinfNorm>::value) return HostKernel::kMaxAbs;
   return Norm::kCombine == Combine::kSum ? HostKernel::kGenericSum : HostKernel::kGenericMax;
-}
-
-// double -> float, round to nearest even, +-Inf past the float range (a
-// plain cast of an out-of-range double is undefined behaviour in C++).
-inline float to_float_rn(double x) {
-  constexpr double kOverflow = 340282356779733661637539395458142568448.0;  // 2^128 - 2^103
-  if (x >= kOverflow) return inf_f();
-  if (x <= -kOverflow) return -inf_f();
-  return static_cast<float>(x);
 }
 
 // Per-unit accumulator. Negative = "no segment seen": sums of squares and

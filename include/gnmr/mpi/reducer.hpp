@@ -40,12 +40,12 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "gnmr/config.hpp"
+#include "gnmr/detail/numeric.hpp"
 #include "gnmr/policy/norm.hpp"
 #include "gnmr/reducer.hpp"
 
@@ -76,13 +76,6 @@ inline void check(int rc, const char* what) {
                            std::string(msg, static_cast<std::size_t>(len)));
 }
 
-// Bits-based like gnmr::is_nan, so -ffast-math cannot fold it away.
-inline bool is_nan_d(double x) {
-  std::uint64_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return (u & 0x7ff0000000000000ull) == 0x7ff0000000000000ull && (u & 0x000fffffffffffffull) != 0u;
-}
-
 // +Inf for NaN, so that a max over ranks cannot drop it (see the header).
 inline void nan_to_inf(float* p, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
@@ -90,7 +83,7 @@ inline void nan_to_inf(float* p, std::size_t n) {
 }
 inline void nan_to_inf(double* p, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
-    if (is_nan_d(p[i])) p[i] = static_cast<double>(inf_f());
+    if (gnmr::detail::is_nan_d(p[i])) p[i] = static_cast<double>(inf_f());
 }
 
 inline float combine(float a, float b, Combine op) {
@@ -98,8 +91,8 @@ inline float combine(float a, float b, Combine op) {
 }
 inline double combine(double a, double b, Combine op) {
   if (op == Combine::kSum) return fm::dadd(a, b);
-  if (is_nan_d(a)) return a;
-  if (is_nan_d(b)) return b;
+  if (gnmr::detail::is_nan_d(a)) return a;
+  if (gnmr::detail::is_nan_d(b)) return b;
   return a > b ? a : b;
 }
 

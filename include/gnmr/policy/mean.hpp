@@ -17,6 +17,7 @@
 
 #include "gnmr/config.hpp"
 #include "gnmr/detail/check.hpp"
+#include "gnmr/detail/numeric.hpp"
 
 namespace gnmr {
 
@@ -41,7 +42,7 @@ struct EmaMean {
   GNMR_HOST_DEVICE void push(State& s, float x) const {
     s.m = fm::add(fm::mul(beta, s.m), fm::mul(fm::sub(1.0f, beta), x));
     s.beta_pow = fm::mul(s.beta_pow, beta);
-    s.k = s.k == 0xffffffffu ? s.k : s.k + 1;
+    s.k = detail::saturating_inc(s.k);
   }
   std::string check() const {
     return detail::in_range_open_hi("EmaMean", "beta", beta, 0.0f, 1.0f);
@@ -65,7 +66,7 @@ struct CumulativeMean {
   }
   GNMR_HOST_DEVICE void push(State& s, float x) const {
     s.sum = fm::dadd(s.sum, static_cast<double>(x));
-    s.k = s.k == 0xffffffffu ? s.k : s.k + 1;
+    s.k = detail::saturating_inc(s.k);
   }
   std::string check() const { return {}; }
 };
@@ -99,8 +100,10 @@ struct WindowMean {
     const std::uint32_t n = filled(s);
     const std::uint32_t w = static_cast<std::uint32_t>(window);
     double acc = 0.0;
-    for (std::uint32_t j = 0; j < n; ++j)
-      acc = fm::dadd(acc, static_cast<double>(s.ring[(s.head + w - n + j) % w]));
+    for (std::uint32_t j = 0; j < n; ++j) {
+      const float x = s.ring[detail::ring_oldest_first(s.head, w, n, j)];
+      acc = fm::dadd(acc, static_cast<double>(x));
+    }
     return acc;
   }
   GNMR_HOST_DEVICE float mean(const State& s) const {
@@ -116,16 +119,16 @@ struct WindowMean {
     const double mu = fm::ddiv(sum(s), static_cast<double>(n));
     double ss = 0.0;
     for (std::uint32_t j = 0; j < n; ++j) {
-      const double d = static_cast<double>(s.ring[(s.head + w - n + j) % w]) - mu;
+      const float x = s.ring[detail::ring_oldest_first(s.head, w, n, j)];
+      const double d = static_cast<double>(x) - mu;
       ss = fm::dadd(ss, fm::dmul(d, d));
     }
     return fm::sqrt(static_cast<float>(fm::ddiv(ss, static_cast<double>(dof))));
   }
   GNMR_HOST_DEVICE void push(State& s, float x) const {
     const std::uint32_t w = static_cast<std::uint32_t>(window);
-    s.ring[s.head % w] = x;
-    s.head = (s.head + 1) % w;
-    s.k = s.k == 0xffffffffu ? s.k : s.k + 1;
+    detail::ring_push(s.ring, s.head, w, x);
+    s.k = detail::saturating_inc(s.k);
   }
   std::string check() const {
     if (window < 1 || window > Cap)
@@ -145,7 +148,7 @@ struct NoMean {
   GNMR_HOST_DEVICE static std::uint32_t count(const State& s) { return s.k; }
   GNMR_HOST_DEVICE float mean(const State&) const { return 0.0f; }
   GNMR_HOST_DEVICE void push(State& s, float) const {
-    s.k = s.k == 0xffffffffu ? s.k : s.k + 1;
+    s.k = detail::saturating_inc(s.k);
   }
   std::string check() const { return {}; }
 };

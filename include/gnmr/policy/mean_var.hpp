@@ -12,6 +12,7 @@
 
 #include "gnmr/config.hpp"
 #include "gnmr/detail/check.hpp"
+#include "gnmr/detail/numeric.hpp"
 
 namespace gnmr {
 
@@ -49,7 +50,7 @@ struct EmaMeanVar {
       const float d = fm::sub(x, s.mu);
       s.var = fm::add(fm::mul(alpha, s.var), fm::mul(one_m, fm::mul(d, d)));
     }
-    s.k = s.k == 0xffffffffu ? s.k : s.k + 1;
+    s.k = detail::saturating_inc(s.k);
   }
   std::string check() const {
     return detail::first_error(
@@ -79,7 +80,7 @@ struct MinSeededEma {
       s.m = fm::min(s.m, x);
     else
       s.m = fm::add(fm::mul(beta, s.m), fm::mul(fm::sub(1.0f, beta), x));
-    s.k = s.k == 0xffffffffu ? s.k : s.k + 1;
+    s.k = detail::saturating_inc(s.k);
   }
   std::string check() const {
     return detail::first_error(
@@ -105,7 +106,7 @@ struct EmaSquareMean {
   GNMR_HOST_DEVICE float second_moment(const State& s) const { return s.v; }
   GNMR_HOST_DEVICE void push(State& s, float x) const {
     s.v = fm::add(fm::mul(beta2, s.v), fm::mul(fm::sub(1.0f, beta2), fm::mul(x, x)));
-    s.k = s.k == 0xffffffffu ? s.k : s.k + 1;
+    s.k = detail::saturating_inc(s.k);
   }
   std::string check() const {
     return detail::in_range_open_hi("EmaSquareMean", "beta2", beta2, 0.0f, 1.0f);

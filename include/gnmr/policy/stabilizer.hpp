@@ -1,6 +1,6 @@
 // gnmr/policy/stabilizer.hpp — GradientStabilizer: fix the norm, not the gradient.
 //
-// Stable-SPAM's AdaGN (the rule PEERS.md ties to "GradientStabilizer"):
+// Stable-SPAM's AdaGN (the rule docs/presets.md ties to "GradientStabilizer"):
 // keep each unit's gradient direction and set its norm to m_hat/(sqrt(v_hat)+eps),
 // where m, v are bias-corrected EMAs of the unit's norm and squared norm
 // (gamma1 = 0.7, gamma2 = 0.9). As published, the current norm enters m and v

@@ -15,6 +15,7 @@
 
 #include "gnmr/config.hpp"
 #include "gnmr/detail/check.hpp"
+#include "gnmr/detail/numeric.hpp"
 #include "gnmr/types.hpp"
 
 namespace gnmr {
@@ -46,7 +47,8 @@ struct GnmrTriggerT {
     const std::uint32_t w = static_cast<std::uint32_t>(window);
     const std::uint32_t n = s.n < w ? s.n : w;
     float acc = 0.0f;
-    for (std::uint32_t j = 0; j < n; ++j) acc = fm::add(acc, s.ring[(s.head + w - n + j) % w]);
+    for (std::uint32_t j = 0; j < n; ++j)
+      acc = fm::add(acc, s.ring[detail::ring_oldest_first(s.head, w, n, j)]);
     return n ? fm::div(acc, static_cast<float>(n)) : 0.0f;
   }
 
@@ -79,8 +81,7 @@ struct GnmrTriggerT {
     // A finite norm can still give r = +inf (n near FLT_MAX over a small
     // mean); keep the history finite (the soak test checks it) — FLT_MAX
     // gives the same verdicts, d is hugely negative either way.
-    s.ring[s.head % w] = fm::min(v.ratio, 3.40282347e+38f);
-    s.head = (s.head + 1) % w;
+    detail::ring_push(s.ring, s.head, w, fm::min(v.ratio, 3.40282347e+38f));
     s.n = s.n < w ? s.n + 1 : w;
   }
   std::string check() const {

@@ -10,7 +10,7 @@
 // What the tracker is fed on a z-triggered step depends on what the preset
 // does with the spike: a clipping preset (ZClip) feeds its clip value; a
 // skip-step preset (OLMo-core) has no clipped value, so it feeds the z rule's
-// acceptance bound mu + z (sd + eps) — SPEC §1.2's min(n, threshold) for the
+// acceptance bound mu + z (sd + eps) — docs/algorithm.md's min(n, threshold) for the
 // z rule. That bounds how much one spike widens the window (a raw 20-sigma
 // sample in a 128-sample window roughly doubles sigma; the bound adds ~13%),
 // the blindness llm.c PR #711 asks to remove. clamp_feed = false feeds the

@@ -1,5 +1,6 @@
-// tests/cuda/trace_gen.hpp — synthetic per-unit norm traces for the device
-// controller tests (the CPU emulation in tests/unit and the GPU test).
+// tests/support/trace_gen.hpp — synthetic per-unit norm traces for the device
+// controller tests (the CPU emulation in tests/unit and the GPU test in
+// tests/cuda) and the CUDA benchmark (bench/cuda).
 //
 // A trace is a pure function of (seed, unit, step), so a test can produce
 // step t for a million units without storing the trace. It mixes what the

@@ -149,10 +149,12 @@ inline std::int32_t i32(const char* what, std::int64_t v) {
 }
 
 // The systemic and denied rules of the gnmr presets from the overrides;
-// `systemic` is the preset's own default action.
-inline ControllerOptions gnmr_options(const Options& o, SystemicAction systemic) {
+// `systemic` is the preset's own default action, `denied` its denied-unit
+// rule (deny_kappa sets the clip level and turns the rule on).
+inline ControllerOptions gnmr_options(const Options& o, SystemicAction systemic, DeniedRule denied = {}) {
   ControllerOptions c;
   c.systemic.action = systemic;
+  c.denied = denied;
   if (o.systemic_action && !parse_systemic_action(*o.systemic_action, c.systemic.action))
     throw std::invalid_argument("gnmr: override 'systemic_action' must be one of off, clip-triggered, "
                                 "global-clip, skip; got '" + *o.systemic_action + "'");
@@ -174,7 +176,7 @@ inline ControllerOptions gnmr_options(const Options& o, SystemicAction systemic)
 
 template <class Mean, class Recovery, class F>
 auto gnmr_with(std::size_t n, Mean mean, Recovery rec, const Options& o, F&& f,
-               SystemicAction systemic = SystemicAction::kOff) {
+               SystemicAction systemic = SystemicAction::kOff, DeniedRule denied = {}) {
   GnmrTrigger t;
   if (o.tau) t.tau = *o.tau;
   if (o.delta) t.delta = *o.delta;
@@ -185,12 +187,12 @@ auto gnmr_with(std::size_t n, Mean mean, Recovery rec, const Options& o, F&& f,
   if (o.lock) b.lock = i32("lock", *o.lock);
   if (o.cooldown) b.cooldown = i32("cooldown", *o.cooldown);
   using C = GnmrController<L2Norm, Mean, GnmrTrigger, Recovery, MaxO>;
-  return f(C(n, {}, mean, t, rec, b, gnmr_options(o, systemic)));
+  return f(C(n, {}, mean, t, rec, b, gnmr_options(o, systemic, denied)));
 }
 
 template <class Recovery, class F>
 auto gnmr_any_mean(std::size_t n, Recovery rec, const Options& o, F&& f,
-                   SystemicAction systemic = SystemicAction::kOff) {
+                   SystemicAction systemic = SystemicAction::kOff, DeniedRule denied = {}) {
   const std::string kind = o.mean.value_or("ema");
   if (kind != "window" && o.window)
     throw std::invalid_argument("gnmr: override 'window' needs mean=window (got mean=" + kind + ")");
@@ -199,13 +201,13 @@ auto gnmr_any_mean(std::size_t n, Recovery rec, const Options& o, F&& f,
   if (kind == "ema") {
     EmaMean m;
     if (o.beta) m.beta = *o.beta;
-    return gnmr_with(n, m, rec, o, f, systemic);
+    return gnmr_with(n, m, rec, o, f, systemic, denied);
   }
-  if (kind == "cumulative") return gnmr_with(n, CumulativeMean{}, rec, o, f, systemic);
+  if (kind == "cumulative") return gnmr_with(n, CumulativeMean{}, rec, o, f, systemic, denied);
   if (kind == "window") {
     WindowMean<64> m;
     if (o.window) m.window = i32("window", *o.window);
-    return gnmr_with(n, m, rec, o, f, systemic);
+    return gnmr_with(n, m, rec, o, f, systemic, denied);
   }
   throw std::invalid_argument("gnmr: override 'mean' must be one of ema, cumulative, window; got '" +
                               kind + "'");
@@ -290,19 +292,20 @@ auto with_preset(const std::string& name, std::size_t num_units, const Options& 
     return f(skip_step(num_units, p));
   }
   if (name == "stabilizer") return f(stabilizer(num_units));
-  // gnmr-clip is today's gnmr under its own name: gnmr's default may change
-  // (issue 11's benchmark), a script that wants the clip keeps it.
-  if (name == "gnmr" || name == "gnmr-clip" || name == "gnmr-systemic") {
+  // gnmr-clip: GNMR's clip alone, under a name that will not change;
+  // gnmr-systemic: the same with the systemic rule on; gnmr: clip + promotion
+  // with the systemic rule and the denied-unit clip on (docs/stability.md
+  // chose it; docs/presets.md).
+  if (name == "gnmr-clip" || name == "gnmr-systemic") {
     ClipToMean r;
     if (o.kappa) r.kappa = *o.kappa;
-    // gnmr-systemic: GNMR with the systemic rule on (provisional defaults,
-    // docs/presets.md); the same type as gnmr, so their blobs interchange.
     return detail::gnmr_any_mean(num_units, r, o, f,
-                                 name == "gnmr-systemic" ? SystemicAction::kClipTriggered : SystemicAction::kOff);
+                                 name == "gnmr-systemic" ? gnmr_systemic_rule().action : SystemicAction::kOff);
   }
-  if (name == "gnmr-promote") {
+  if (name == "gnmr" || name == "gnmr-promote") {
     ClipAndPromote r;
     if (o.kappa) r.first.kappa = *o.kappa;
+    if (name == "gnmr") return detail::gnmr_any_mean(num_units, r, o, f, gnmr_systemic_rule().action, gnmr_denied_rule());
     return detail::gnmr_any_mean(num_units, r, o, f);
   }
   // gnmr-ladder

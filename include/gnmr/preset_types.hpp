@@ -52,8 +52,8 @@ using Spam =
 using SkipStep = GnmrController<L2Norm, WindowMean<128>, ZScoreTrigger, GlobalSkip, Unlimited>;
 // Stable-SPAM's AdaGN ("GradientStabilizer", galore_torch/stablespam.py).
 using Stabilizer = GnmrController<L2Norm, NoMean, AlwaysTrigger, NormReplace, Unlimited>;
-// GNMR itself (docs/algorithm.md defaults) and with the escalation ladder.
-using Gnmr = GnmrController<>;
+// GNMR with the escalation ladder (the preset "gnmr" itself is below, after
+// GnmrWith: it is GNMR's signal with clip + promotion and the systemic rule).
 using GnmrLadder = GnmrController<L2Norm, EmaMean, GnmrTrigger, Ladder, MaxO>;
 
 // GNMR's signal (L2, EMA, GnmrTrigger, MaxO) with the recovery action as the
@@ -71,7 +71,19 @@ using GnmrWith = Controller<L2Norm, EmaMean, GnmrTrigger, Recovery, MaxO>;
 using ClipAndPromote = Compose<ClipToMean, PromotePrecision>;
 using GnmrPromote = GnmrWith<ClipAndPromote>;         // preset "gnmr-promote"
 using GnmrPromoteOnly = GnmrWith<PromotePrecision>;   // promotion, gradient untouched
-using GnmrClip = GnmrWith<ClipToMean>;                // preset "gnmr-clip" (= Gnmr today)
+using GnmrClip = GnmrWith<ClipToMean>;                // preset "gnmr-clip" (= GnmrController<>)
+// The preset "gnmr": GNMR as the stability benchmark chose it on its
+// development seeds (docs/stability.md, "Choosing the defaults"): clip to
+// kappa * mu and promote for the lock (the type of gnmr-promote), with the
+// systemic rule on (gnmr_systemic_rule()) and denied units clipped to their
+// mean (gnmr_denied_rule()). GnmrController<> keeps the clip
+// alone in its Recovery slot: it is the policies' defaults, gnmr-clip.
+using Gnmr = GnmrPromote;
+
+// The systemic rule of the presets "gnmr" and "gnmr-systemic", and the
+// denied-unit rule of "gnmr" (docs/stability.md, "Choosing the defaults").
+inline SystemicRule gnmr_systemic_rule() { return SystemicRule{SystemicAction::kClipTriggered}; }
+inline DeniedRule gnmr_denied_rule() { return DeniedRule{DeniedAction::kClip, 1.0f}; }
 
 // ------------------------------------------------ published parameters ----
 // Field names follow the peer's own arguments so a user can copy a config.
@@ -190,8 +202,14 @@ inline Stabilizer stabilizer(std::size_t num_units, const StabilizerParams& p = 
                     Unlimited{1, 0}, opt);
 }
 
-// (Not called plain gnmr(): inside gnmr::presets that name would hide the namespace.)
-inline Gnmr gnmr_default(std::size_t num_units) { return Gnmr(num_units); }
+// The preset "gnmr" (not called plain gnmr(): inside gnmr::presets that name
+// would hide the namespace).
+inline Gnmr gnmr_default(std::size_t num_units) {
+  ControllerOptions opt;
+  opt.systemic = gnmr_systemic_rule();
+  opt.denied = gnmr_denied_rule();
+  return Gnmr(num_units, {}, {}, {}, ClipAndPromote{ClipToMean{}, {PromotePrecision{}}}, {}, opt);
+}
 
 inline GnmrLadder gnmr_ladder(std::size_t num_units, const Ladder& ladder = {}) {
   return GnmrLadder(num_units, {}, {}, {}, ladder, {});
@@ -208,14 +226,13 @@ inline GnmrClip gnmr_clip(std::size_t num_units, float kappa = 1.0f) {
   return GnmrClip(num_units, {}, {}, {}, ClipToMean{kappa}, {});
 }
 
-// GNMR with the systemic rule on (preset "gnmr-systemic"): by default the
-// rule's provisional values (clip-triggered, share 0.5, kappa 1; docs/
-// algorithm.md, "Systemic steps"). The same type as Gnmr: only the options differ.
-inline Gnmr gnmr_systemic(std::size_t num_units,
-                          const SystemicRule& rule = SystemicRule{SystemicAction::kClipTriggered}) {
+// GNMR's clip with the systemic rule on, no promotion (preset
+// "gnmr-systemic"; docs/algorithm.md, "Systemic steps"). The same type as
+// gnmr-clip: only the options differ, so their blobs interchange.
+inline GnmrClip gnmr_systemic(std::size_t num_units, const SystemicRule& rule = gnmr_systemic_rule()) {
   ControllerOptions opt;
   opt.systemic = rule;
-  return Gnmr(num_units, {}, {}, {}, {}, {}, opt);
+  return GnmrClip(num_units, {}, {}, {}, ClipToMean{}, {}, opt);
 }
 
 }  // namespace presets

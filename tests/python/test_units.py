@@ -147,7 +147,7 @@ def test_promoted_units_follow_the_promote_flag():
 def test_promoted_reads_the_flags():
     """Without a promoting preset nothing is promoted, whatever triggers."""
     m = make_model()
-    ctl = gnmr.Controller(m, warmup=3)
+    ctl = gnmr.Controller(m, "gnmr-clip", warmup=3)
     for t in range(6):
         backward(m, t)
         if t == 5:
@@ -245,6 +245,6 @@ def test_systemic_overrides_are_checked():
     with pytest.raises(ValueError, match="systemic_action' must be one of off, clip-triggered"):
         gnmr.Controller(make_model(), "gnmr", systemic_action="sometimes")
     with pytest.raises(ValueError, match="need the systemic rule on"):
-        gnmr.Controller(make_model(), "gnmr", systemic_share=0.3)
+        gnmr.Controller(make_model(), "gnmr-clip", systemic_share=0.3)
     with pytest.raises(TypeError, match="'systemic_action' must be a str"):
         gnmr.Controller(make_model(), "gnmr-systemic", systemic_action=1)

@@ -93,11 +93,11 @@ TEST_CASE("make() with no overrides equals the typed factories", "[dyn]") {
 }
 
 TEST_CASE("every override reaches its policy", "[dyn]") {
-  SECTION("gnmr: all knobs, mean = ema") {
+  SECTION("gnmr-clip: all knobs, mean = ema") {
     Options o;
     o.tau = 2.0f, o.delta = 1.0f, o.warmup = 5, o.delta_window = 2, o.beta = 0.9f;
     o.max_o = 2, o.lock = 3, o.cooldown = 1, o.kappa = 0.5f;
-    auto d = presets::make("gnmr", 6, o);
+    auto d = presets::make("gnmr-clip", 6, o);
     gnmr::GnmrTrigger t;
     t.tau = 2.0f, t.delta = 1.0f, t.warmup = 5, t.window = 2;
     gnmr::GnmrController<> c(6, {}, gnmr::EmaMean{0.9f}, t, gnmr::ClipToMean{0.5f},
@@ -117,14 +117,24 @@ TEST_CASE("every override reaches its policy", "[dyn]") {
         6, {}, {}, t, l, {});
     same_run(*d, c, 22);
   }
-  SECTION("gnmr: mean = window with a window override") {
+  SECTION("gnmr-clip: mean = window with a window override") {
     Options o;
     o.mean = std::string("window"), o.window = 8;
-    auto d = presets::make("gnmr", 6, o);
+    auto d = presets::make("gnmr-clip", 6, o);
     gnmr::WindowMean<64> m;
     m.window = 8;
     gnmr::GnmrController<gnmr::L2Norm, gnmr::WindowMean<64>> c(6, {}, m);
     same_run(*d, c, 23);
+  }
+  SECTION("gnmr: kappa to the clip of clip + promote, the systemic and denied rules on, max_o") {
+    Options o;
+    o.kappa = 0.5f, o.max_o = 2;
+    auto d = presets::make("gnmr", 6, o);
+    gnmr::ControllerOptions opt;
+    opt.systemic = presets::gnmr_systemic_rule();
+    opt.denied = presets::gnmr_denied_rule();
+    presets::Gnmr c(6, {}, {}, {}, presets::ClipAndPromote{gnmr::ClipToMean{0.5f}, {}}, gnmr::MaxO{2, 8, 0}, opt);
+    same_run(*d, c, 24);
   }
   SECTION("clip: max_norm") {
     Options o;

@@ -119,10 +119,14 @@ TEST_CASE("gnmr presets carry the defaults of docs/algorithm.md", "[presets]") {
   CHECK(g.policies().trigger.delta == 1.5f);
   CHECK(g.policies().trigger.warmup == 10u);
   CHECK(g.policies().trigger.window == 4);
-  CHECK(g.policies().recovery.kappa == 1.0f);
+  CHECK(g.policies().recovery.first.kappa == 1.0f);  // clip + promote (docs/stability.md chose it)
   CHECK(g.policies().budget.max_o == 4);
   CHECK(g.policies().budget.lock == 8);
   CHECK(g.policies().budget.cooldown == 0);
+  CHECK(g.policies().opt.systemic.action == presets::gnmr_systemic_rule().action);
+  CHECK(g.policies().opt.systemic.share == 0.5);
+  CHECK(g.policies().opt.denied.action == gnmr::DeniedAction::kClip);
+  CHECK(g.policies().opt.denied.kappa == 1.0f);
   const auto l = presets::gnmr_ladder(4);
   CHECK(l.policies().recovery.kappa == 1.0f);
   CHECK(l.policies().budget.max_o == 4);

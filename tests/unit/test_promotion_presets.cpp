@@ -81,7 +81,8 @@ TEST_CASE("typed aliases: one line per combination, on either backend", "[preset
   STATIC_REQUIRE(std::is_same<presets::GnmrPromote,
                               gnmr::GnmrController<gnmr::L2Norm, gnmr::EmaMean, gnmr::GnmrTrigger,
                                                    ClipAndPromote, gnmr::MaxO>>::value);
-  STATIC_REQUIRE(std::is_same<presets::GnmrClip, presets::Gnmr>::value);
+  STATIC_REQUIRE(std::is_same<presets::GnmrClip, gnmr::GnmrController<>>::value);
+  STATIC_REQUIRE(std::is_same<presets::GnmrPromote, presets::Gnmr>::value);  // gnmr = clip + promote (+ systemic)
   STATIC_REQUIRE(std::is_same<GnmrWith<gnmr::Ladder>, presets::GnmrLadder>::value);
   STATIC_REQUIRE(std::is_same<presets::GnmrPromoteOnly::Policies::RecoveryT, gnmr::PromotePrecision>::value);
   // The backend is a template parameter: any controller template of the
@@ -112,9 +113,9 @@ TEST_CASE("gnmr-promote and gnmr-clip by name decide exactly like the typed cont
     auto d = presets::make("gnmr-clip", 6);
     auto c = presets::gnmr_clip(6);
     CHECK(same_run(*d, c, 102) == 0);  // clipping only: never kPromote
-    auto d2 = presets::make("gnmr-clip", 6);
     auto g = presets::make("gnmr", 6);
-    same_run(*d2, *g, 103);  // and gnmr-clip is today's gnmr
+    auto typed = presets::gnmr_default(6);
+    same_run(*g, typed, 103);  // gnmr: clip + promote with the systemic rule on
   }
 }
 
@@ -244,7 +245,7 @@ TEST_CASE("every gnmr-promote override reaches its policy", "[presets][promotion
   }
 }
 
-TEST_CASE("the state blob tells gnmr-promote from gnmr-clip; gnmr-clip and gnmr share one",
+TEST_CASE("the state blob tells gnmr-promote from gnmr-clip; gnmr and gnmr-promote share one",
           "[presets][promotion][state]") {
   const auto tr = spiky(109, 4, 300);
   auto prom = presets::make("gnmr-promote", 4);
@@ -255,18 +256,22 @@ TEST_CASE("the state blob tells gnmr-promote from gnmr-clip; gnmr-clip and gnmr 
   CHECK_THROWS_AS(clip->load(prom->save()), gnmr::StateError);
   CHECK(clip->save() == before);  // refused: nothing changed
   CHECK_THROWS_AS(prom->load(clip->save()), gnmr::StateError);
-  // Same policies under two names: the blob moves between them.
+  CHECK_THROWS_AS(presets::make("gnmr", 4)->load(clip->save()), gnmr::StateError);
+  // Same policies under other names and options (the systemic rule is an
+  // option): the blob moves between them.
+  CHECK_NOTHROW(presets::make("gnmr", 4)->load(prom->save()));
+  CHECK_NOTHROW(presets::make("gnmr-systemic", 4)->load(clip->save()));
   auto resumed = presets::make("gnmr", 4);
-  resumed->load(clip->save());
+  resumed->load(plain->save());
   auto resumed_p = presets::make("gnmr-promote", 4);
   resumed_p->load(prom->save());
   for (int t = 150; t < 300; ++t) {
-    clip->step_norms(tr[t]);
+    plain->step_norms(tr[t]);
     resumed->step_norms(tr[t]);
     prom->step_norms(tr[t]);
     resumed_p->step_norms(tr[t]);
     for (std::size_t u = 0; u < 4; ++u) {
-      REQUIRE(std::memcmp(&clip->decisions()[u], &resumed->decisions()[u], sizeof(gnmr::UnitDecision)) == 0);
+      REQUIRE(std::memcmp(&plain->decisions()[u], &resumed->decisions()[u], sizeof(gnmr::UnitDecision)) == 0);
       REQUIRE(std::memcmp(&prom->decisions()[u], &resumed_p->decisions()[u], sizeof(gnmr::UnitDecision)) == 0);
     }
   }

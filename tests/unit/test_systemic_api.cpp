@@ -222,16 +222,22 @@ TEST_CASE("promoted_units(): ascending, built without allocation, held through a
 
 TEST_CASE("presets: gnmr-systemic and the systemic and denied overrides", "[dyn][systemic]") {
   namespace P = gnmr::presets;
-  // gnmr keeps its behaviour; gnmr-systemic has the rule on (clip-triggered, 0.5).
+  // gnmr and gnmr-systemic have the rule on (gnmr_systemic_rule(), share
+  // 0.5), gnmr-clip and gnmr-promote have it off.
+  CHECK(P::gnmr_systemic_rule().action != SystemicAction::kOff);
   auto g = P::make("gnmr", 10);
   auto& typed = static_cast<gnmr::DynAdapter<P::Gnmr>&>(*g).controller();
-  CHECK(typed.policies().opt.systemic.action == SystemicAction::kOff);
-  CHECK(typed.policies().opt.denied.action == gnmr::DeniedAction::kNone);
+  CHECK(typed.policies().opt.systemic.action == P::gnmr_systemic_rule().action);
+  CHECK(typed.policies().opt.denied.action == gnmr::DeniedAction::kClip);  // gnmr_denied_rule()
+  CHECK(typed.policies().opt.denied.kappa == P::gnmr_denied_rule().kappa);
+  for (const char* off_name : {"gnmr-clip", "gnmr-promote"})
+    CHECK(P::with_preset(off_name, 10, P::Options{}, [](const auto& c) { return c.policies().opt.systemic.action; }) ==
+          SystemicAction::kOff);
   auto s = P::make("gnmr-systemic", 10);
-  const auto& so = static_cast<gnmr::DynAdapter<P::Gnmr>&>(*s).controller().policies().opt;
-  CHECK(so.systemic.action == SystemicAction::kClipTriggered);
+  const auto& so = static_cast<gnmr::DynAdapter<P::GnmrClip>&>(*s).controller().policies().opt;
+  CHECK(so.systemic.action == P::gnmr_systemic_rule().action);
   CHECK(so.systemic.share == 0.5);
-  CHECK(static_cast<gnmr::DynAdapter<P::Gnmr>&>(*s).controller().systemic_threshold() == 5u);
+  CHECK(static_cast<gnmr::DynAdapter<P::GnmrClip>&>(*s).controller().systemic_threshold() == 5u);
   // Overrides.
   P::Options o;
   o.systemic_action = std::string("global_clip");
@@ -248,13 +254,14 @@ TEST_CASE("presets: gnmr-systemic and the systemic and denied overrides", "[dyn]
   CHECK(c.policies().opt.denied.action == gnmr::DeniedAction::kClip);
   CHECK(c.policies().opt.denied.kappa == 1.5f);
   CHECK(c.systemic_threshold() == 2u);  // min(floor(2.5), floor(1.5 * 4))
-  // gnmr-systemic and gnmr are one type: their blobs interchange.
-  CHECK_NOTHROW(g->load(s->save()));
+  // gnmr-systemic and gnmr-clip are one type: their blobs interchange.
+  CHECK_NOTHROW(P::make("gnmr-clip", 10)->load(s->save()));
   // Errors: a knob without an action, an unknown action, a bad value, a
   // preset the knob does not apply to.
   P::Options k;
   k.systemic_share = 0.3;
-  CHECK_THROWS_WITH(P::make("gnmr", 10, k), Catch::Contains("need the systemic rule on"));
+  CHECK_THROWS_WITH(P::make("gnmr-clip", 10, k), Catch::Contains("need the systemic rule on"));
+  CHECK_NOTHROW(P::make("gnmr", 10, k));
   CHECK_NOTHROW(P::make("gnmr-systemic", 10, k));
   P::Options bad;
   bad.systemic_action = std::string("sometimes");
@@ -265,7 +272,8 @@ TEST_CASE("presets: gnmr-systemic and the systemic and denied overrides", "[dyn]
   P::Options off;
   off.systemic_action = std::string("off");
   auto f = P::make("gnmr-systemic", 10, off);
-  CHECK(static_cast<gnmr::DynAdapter<P::Gnmr>&>(*f).controller().policies().opt.systemic.action == SystemicAction::kOff);
+  CHECK(static_cast<gnmr::DynAdapter<P::GnmrClip>&>(*f).controller().policies().opt.systemic.action ==
+        SystemicAction::kOff);
   CHECK_THROWS_WITH(P::make("zclip", 1, k), Catch::Contains("does not apply to preset 'zclip'"));
   gnmr::ControllerOptions opt;
   opt.denied.kappa = 0.0f;

@@ -33,5 +33,5 @@ if [ $# -gt 0 ]; then
   exec ./demo/gnmr-demo "$@"
 fi
 exec ./demo/gnmr-demo --scenario operator-outliers \
-  --arms low,high,gnmr,gnmr-promote,gnmr-clip,random-at-triggers,fixed-list \
+  --arms low,high,gnmr,gnmr-promote,gnmr-clip,random-at-triggers,fixed-list,stabilizer \
   --seeds 1-3 --jobs "$(nproc)" --out gnmr-demo-out

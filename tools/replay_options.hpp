@@ -59,17 +59,17 @@ step; nan/inf/-inf cells are valid) and reports what they did.
   --lock N         recovery lasts N steps               (default 8)
   --cooldown N     steps after a lock before a new grant (default 0)
   --kappa X        clip a unit in recovery to kappa * mean (default 1)
- Systemic rule (gnmr presets; on in gnmr-systemic, off in gnmr unless an
- action is given; docs/algorithm.md, "Systemic steps"):
+ Systemic rule (gnmr presets; on in gnmr and gnmr-systemic, off in the
+ others unless an action is given; docs/algorithm.md, "Systemic steps"):
   --systemic-action A  off | clip-triggered | global-clip | skip
-                       (gnmr-systemic default clip-triggered)
+                       (gnmr, gnmr-systemic default clip-triggered)
   --systemic-share X   systemic when more than X * N units trigger (default 0.5)
   --systemic-maxo X    ... or more than X * maxO units (default 0: not used)
   --systemic-kappa X   clip level: kappa * mean of each unit (clip-triggered),
                        kappa * the total norm's mean (global-clip) (default 1)
   --systemic-beta X    EMA decay of the total norm's mean (default 0.99)
  Denied units (gnmr presets; docs/algorithm.md, "Denied units"):
-  --deny-kappa X   clip a denied unit to X * mean without a slot (default: off)
+  --deny-kappa X   clip a denied unit to X * mean without a slot (gnmr: 1; others: off)
   --max-norm X     clip, zclip: the fixed norm limit
   --z X            zclip, skip-step: the z-score threshold
   --clip-factor X  zclip

@@ -4,8 +4,11 @@
 # Units a and b; a = 1 and b = 2 on every step except a = 10 at step 20,
 # a = 5 at step 22 and b = nan at step 25. With the GNMR defaults (warm-up
 # 10, tau 3, maxO 4, lock 8) the constant feed gives mean 1 for a, so:
-#   step 20: a triggers (ratio 10) and is granted, clipped to mean/10;
-#            in recovery on steps 20..27 (8 unit-steps of 60);
+#   step 20: a triggers (ratio 10) and is granted, clipped to mean/10
+#            and promoted (gnmr's recovery is clip + promote: the event's
+#            action is "promote+clip"); in recovery on steps 20..27 (8
+#            unit-steps of 60); one trigger of two units is not systemic
+#            (share 0.5: more than 1 needed), and nothing is denied;
 #   step 22: a triggers again while in recovery: no new grant, no denial;
 #   step 25: b is non-finite;   step 28: a is released.
 #   => triggers 2, grants 1, denials 0, nonfinite 1, releases 1,
@@ -48,8 +51,8 @@ endif()
 
 file(STRINGS ${WORK}/ev.gnmr.jsonl g)
 set(want_g
-  "{\"step\":20,\"unit\":0,\"name\":\"a\",\"event\":\"trigger\",\"norm\":10,\"mean\":1,\"ratio\":10,\"delta\":9,\"risk\":6,\"action\":\"clip:0.100000001\"}"
-  "{\"step\":20,\"unit\":0,\"name\":\"a\",\"event\":\"grant\",\"norm\":10,\"mean\":1,\"ratio\":10,\"delta\":9,\"risk\":6,\"action\":\"clip:0.100000001\"}")
+  "{\"step\":20,\"unit\":0,\"name\":\"a\",\"event\":\"trigger\",\"norm\":10,\"mean\":1,\"ratio\":10,\"delta\":9,\"risk\":6,\"action\":\"promote+clip:0.100000001\"}"
+  "{\"step\":20,\"unit\":0,\"name\":\"a\",\"event\":\"grant\",\"norm\":10,\"mean\":1,\"ratio\":10,\"delta\":9,\"risk\":6,\"action\":\"promote+clip:0.100000001\"}")
 list(SUBLIST g 0 2 g2)
 if(NOT "${g2}" STREQUAL "${want_g}")
   message(FATAL_ERROR "ev.gnmr.jsonl starts:\n${g2}\nexpected:\n${want_g}")

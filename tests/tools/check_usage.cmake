@@ -28,7 +28,7 @@ expect(2 "bad.cfg:4: unknown key 'frobnicate'" ${TRACE} --config ${WORK}/bad.cfg
 expect(2 "good.cfg:2: lock: '4 # not a comment: rejected below' is not an integer" ${TRACE} --config ${WORK}/good.cfg)
 expect(2 "systemic-action: 'sometimes' is not one of off, clip-triggered, global-clip, skip" ${TRACE}
   --systemic-action sometimes)
-expect(2 "need the systemic rule on" ${TRACE} --preset gnmr --systemic-share 0.3)
+expect(2 "need the systemic rule on" ${TRACE} --preset gnmr-clip --systemic-share 0.3)
 expect(2 "share must be in [0, 1]" ${TRACE} --preset gnmr-systemic --systemic-share 1.5)
 expect(2 "systemic-maxo: 'x' is not a number" ${TRACE} --systemic-maxo x)
 expect(0 "gnmr-systemic " ${TRACE} --preset gnmr-systemic --systemic-action skip --deny-kappa 2 --quiet)

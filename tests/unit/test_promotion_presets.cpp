@@ -152,6 +152,7 @@ TEST_CASE("gnmr-promote is gnmr's clip plus kPromote for every unit in recovery"
     REQUIRE(clip.promoted_units().empty());
   }
   CHECK(in_recovery > 50);
+  CHECK(nonfinite_in_lock > 0);  // the trace reaches the non-finite-in-lock case
   CHECK(clipped > 10);
 }
 

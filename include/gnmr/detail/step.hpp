@@ -204,8 +204,8 @@ GNMR_HOST_DEVICE UnitView commit_unit(const PS& p, typename PS::UnitState& s, Un
       // from a corrupted blob could give a negative or NaN s, which must
       // never flip or poison a gradient: outside [0, 1] it does nothing. A
       // skipped unit keeps its scale 0 (select, not multiply).
-      const float s = (sys.scale >= 0.0f && sys.scale <= 1.0f) ? sys.scale : 1.0f;
-      if (!(dec.flags & kSkip)) dec.scale = fm::min(dec.scale, s);
+      const float gs = (sys.scale >= 0.0f && sys.scale <= 1.0f) ? sys.scale : 1.0f;
+      if (!(dec.flags & kSkip)) dec.scale = fm::min(dec.scale, gs);
       dec.flags |= kSystemic;
     } else if (sys.action == static_cast<std::uint32_t>(SystemicAction::kSkip)) {
       set_skip(dec);

@@ -276,6 +276,14 @@ GlobalState check_state_for(const PS& p, std::uint64_t num_units, std::size_t un
                " bytes, this controller's " + std::to_string(unit_state_size) + ")");
   GlobalState g = init_global();
   if (s.version >= 2) std::memcpy(&g, blob + s.global_offset, sizeof(GlobalState));
+  // The systemic tracker is fed only finite, non-negative totals with 0 < beta
+  // < 1, so a mean that is negative or not finite, or a decay power outside
+  // [0, 1], can only come from a corrupted blob: refused here, once, instead
+  // of guarding every unit's scale on every step.
+  const float tm = g.total.m, tp = g.total.beta_pow;
+  if (!(tm >= 0.0f && tm <= 3.4028235e38f) || !(tp >= 0.0f && tp <= 1.0f))
+    state_fail("invalid systemic tracker in the blob (mean " + std::to_string(tm) + ", decay power " +
+               std::to_string(tp) + "): the blob is corrupted");
   return g;
 }
 

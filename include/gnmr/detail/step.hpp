@@ -200,12 +200,9 @@ GNMR_HOST_DEVICE UnitView commit_unit(const PS& p, typename PS::UnitState& s, Un
         dec.flags |= kSystemic;
       }
     } else if (sys.action == static_cast<std::uint32_t>(SystemicAction::kGlobalClip)) {
-      // s is in [0, 1] for any tracker the controller fed itself; one loaded
-      // from a corrupted blob could give a negative or NaN s, which must
-      // never flip or poison a gradient: outside [0, 1] it does nothing. A
-      // skipped unit keeps its scale 0 (select, not multiply).
-      const float gs = (sys.scale >= 0.0f && sys.scale <= 1.0f) ? sys.scale : 1.0f;
-      if (!(dec.flags & kSkip)) dec.scale = fm::min(dec.scale, gs);
+      // s is in [0, 1] (load_state refuses a tracker that could give anything
+      // else); a skipped unit keeps its scale 0 (select, not multiply).
+      if (!(dec.flags & kSkip)) dec.scale = fm::min(dec.scale, sys.scale);
       dec.flags |= kSystemic;
     } else if (sys.action == static_cast<std::uint32_t>(SystemicAction::kSkip)) {
       set_skip(dec);

@@ -15,7 +15,7 @@
 // (2 * sizeof(UnitState)) + the UnitDecision and UnitReport written; it
 // leaves out the controller's 4 B per-unit norm scratch and the candidate
 // list (a few entries), so it is a lower bound on the memory traffic.
-#include <gnmr/controller.hpp>
+#include <gnmr/host/controller.hpp>
 
 #include <benchmark/benchmark.h>
 

@@ -1,4 +1,4 @@
-// Host per-unit partial norms (gnmr/host/norms.hpp): how fast a CPU reduces
+// Host per-unit partial norms (gnmr/host/unit_norms.hpp): how fast a CPU reduces
 // a whole model's gradients to one partial per unit, for fp32/bf16/fp16.
 //
 // Layouts (one unit per tensor):
@@ -12,7 +12,7 @@
 // output is negligible. Single thread: host_unit_partials does not spawn,
 // so the rates use CPU time (the default), which a shared machine's other
 // load does not inflate.
-#include <gnmr/host/norms.hpp>
+#include <gnmr/host/unit_norms.hpp>
 #include <gnmr/policy/norm.hpp>
 
 #include <benchmark/benchmark.h>

@@ -1,7 +1,7 @@
 // Placeholder benchmark: classifies a gradient-sized buffer with
 // gnmr::is_finite, the check every unit's norm goes through. Proves the
 // benchmark harness builds; real benchmarks go next to it in bench/.
-#include <gnmr/config.hpp>
+#include <gnmr/core/math.hpp>
 
 #include <benchmark/benchmark.h>
 

@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "gnmr/preset_select.hpp"
+#include "gnmr/presets/table.hpp"
 #include "promotion.hpp"
 
 namespace demo {

@@ -19,7 +19,7 @@
 
 #include "gnmr/cuda/adamw.cuh"
 #include "gnmr/cuda/common.cuh"
-#include "gnmr/cuda/norms.cuh"
+#include "gnmr/cuda/unit_norms.cuh"
 #include "gnmr/cuda/presets.cuh"
 
 #include "arms.hpp"

@@ -15,7 +15,7 @@
 
 #include <torch/torch.h>
 
-#include "gnmr/types.hpp"
+#include "gnmr/core/types.hpp"
 #include "model.hpp"
 
 namespace demo {

@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "gnmr/config.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace demo {
 

@@ -13,15 +13,15 @@
 // GNMR_HOST_DEVICE: the CPU trainer calls it, and on --device cuda a
 // one-thread kernel runs the same code on the device decisions.
 //
-// Determinism: the total is a double sum in unit order through gnmr::fm
+// Determinism: the total is a double sum in unit order through gnmr::math
 // (correctly rounded, never contracted), the scale is computed once; skipped units keep kSkip (a select: never multiplied).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
-#include "gnmr/config.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/core/math.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace demo {
 
@@ -29,7 +29,7 @@ namespace demo {
 // double sum in unit order, rounded once; a NaN/Inf makes it non-finite).
 GNMR_HOST_DEVICE float global_partial(const float* partials, std::uint32_t n) {
   double s = 0.0;
-  for (std::uint32_t u = 0; u < n; ++u) s = gnmr::fm::dadd(s, static_cast<double>(partials[u]));
+  for (std::uint32_t u = 0; u < n; ++u) s = gnmr::math::dadd(s, static_cast<double>(partials[u]));
   return static_cast<float>(s);
 }
 
@@ -51,7 +51,7 @@ GNMR_HOST_DEVICE float recipe_clip(const gnmr::UnitDecision* in, const float* pa
     out[u] = in[u];
     if (in[u].flags & gnmr::kSkip) continue;
     const double s = static_cast<double>(in[u].scale);
-    sq = gnmr::fm::dadd(sq, gnmr::fm::dmul(gnmr::fm::dmul(s, s), static_cast<double>(partials[u])));
+    sq = gnmr::math::dadd(sq, gnmr::math::dmul(gnmr::math::dmul(s, s), static_cast<double>(partials[u])));
   }
   const double total = sqrt(sq);
   if (total_out) *total_out = static_cast<float>(total);
@@ -64,9 +64,9 @@ GNMR_HOST_DEVICE float recipe_clip(const gnmr::UnitDecision* in, const float* pa
     return 0.0f;
   }
   if (total <= static_cast<double>(clip)) return 1.0f;
-  const float c = static_cast<float>(gnmr::fm::ddiv(static_cast<double>(clip), gnmr::fm::dadd(total, 1e-6)));
+  const float c = static_cast<float>(gnmr::math::ddiv(static_cast<double>(clip), gnmr::math::dadd(total, 1e-6)));
   for (std::uint32_t u = 0; u < n; ++u)
-    if (!(out[u].flags & gnmr::kSkip)) out[u].scale = gnmr::fm::mul(out[u].scale, c);
+    if (!(out[u].flags & gnmr::kSkip)) out[u].scale = gnmr::math::mul(out[u].scale, c);
   return c;
 }
 

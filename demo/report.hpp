@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/trace.hpp"
+#include "gnmr/io/trace.hpp"
 
 #include "metrics.hpp"
 #include "train.hpp"
@@ -78,7 +78,7 @@ inline void write_steps_csv(const std::string& path, const std::vector<RunResult
     }
 }
 
-// The replay trace (gnmr/trace.hpp): header step,<unit names>, one row of
+// The replay trace (gnmr/io/trace.hpp): header step,<unit names>, one row of
 // per-unit norms per step, readable by read_trace() / gnmr-replay.
 inline void write_trace_csv(const std::string& path, const RunResult& r) {
   std::ofstream f(path);

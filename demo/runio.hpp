@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "gnmr/detail/fnv.hpp"
-#include "gnmr/trace.hpp"
+#include "gnmr/io/trace.hpp"
 
 #include "metrics.hpp"
 #include "settings.hpp"
@@ -85,7 +85,7 @@ inline void write_result(const std::string& dir, const RunConfig& c, const RunRe
       << (x.fault_unit >= 0 ? std::to_string(x.fault_unit) : std::string()) << ',' << x.fault << ','
       << (x.outlier_op >= 0 ? r.op_names[static_cast<std::size_t>(x.outlier_op)] : std::string()) << ','
       << num17(x.control_ms) << ',' << num17(x.step_ms) << '\n';
-  if (!r.norms.empty()) {  // the controller's per-unit norms, for gnmr-replay (gnmr/trace.hpp)
+  if (!r.norms.empty()) {  // the controller's per-unit norms, for gnmr-replay (gnmr/io/trace.hpp)
     std::ofstream t(dir + "/trace.csv");
     gnmr::TraceWriter w(t, r.controller_units == r.unit_names.size() ? r.unit_names
                                                                       : std::vector<std::string>{"global"});

@@ -23,9 +23,9 @@
 
 #include <torch/torch.h>
 
-#include "gnmr/dyn.hpp"
-#include "gnmr/host/norms.hpp"
-#include "gnmr/presets.hpp"
+#include "gnmr/host/dyn_controller.hpp"
+#include "gnmr/host/unit_norms.hpp"
+#include "gnmr/presets/make.hpp"
 
 #include "cuda_backend.hpp"
 #include "data.hpp"

@@ -1,5 +1,5 @@
 // examples/checkpoint_resume.cpp — checkpoint and resume a controller with
-// its state blob (gnmr/state.hpp), so that a restarted run decides exactly
+// its state blob (gnmr/io/state.hpp), so that a restarted run decides exactly
 // as if it had never stopped.
 //
 // Twelve units over 200 steps of a recorded-looking trace (deterministic

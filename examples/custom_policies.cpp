@@ -15,7 +15,7 @@
 // returning "" or an error message (the controller's constructor throws
 // std::invalid_argument with it). Hooks marked GNMR_HOST_DEVICE compile for
 // the GPU too, so the same structs plug into gnmr::cuda::DeviceController.
-// Decision arithmetic goes through gnmr::fm (correctly rounded, the same on
+// Decision arithmetic goes through gnmr::math (correctly rounded, the same on
 // the host and the device).
 //
 // The loop: a linear model with four heads (y_h = W_h x + b_h, one unit per
@@ -60,7 +60,7 @@ struct StreakTrigger {
   }
   // Pure: it runs before the slot selection, maybe more than once per step.
   GNMR_HOST_DEVICE void evaluate(const State& s, gnmr::UnitView& v) const {
-    v.target = gnmr::fm::mul(tau, v.mean);
+    v.target = gnmr::math::mul(tau, v.mean);
     v.delta = 0.0f;
     v.risk = 0.0f;
     if (v.count < warmup) {
@@ -69,14 +69,14 @@ struct StreakTrigger {
     }
     const std::uint32_t streak = next_streak(s, v);
     v.delta = static_cast<float>(streak);
-    v.risk = gnmr::fm::max(gnmr::fm::div(v.ratio, tau),
-                           gnmr::fm::div(static_cast<float>(streak), static_cast<float>(patience)));
+    v.risk = gnmr::math::max(gnmr::math::div(v.ratio, tau),
+                           gnmr::math::div(static_cast<float>(streak), static_cast<float>(patience)));
     if (v.ratio > tau || streak >= patience) v.flags |= gnmr::kTriggered;
   }
   // What the mean is fed at the end of the step: a jump is clamped to the
   // threshold (it must not drag the mean up); a creep is fed as it is.
   GNMR_HOST_DEVICE float feed(const gnmr::UnitView& v) const {
-    return (v.flags & gnmr::kTriggered) ? gnmr::fm::min(v.norm, v.target) : v.norm;
+    return (v.flags & gnmr::kTriggered) ? gnmr::math::min(v.norm, v.target) : v.norm;
   }
   // The trigger's own history, advanced on finite steps after the verdict.
   GNMR_HOST_DEVICE void update(State& s, const gnmr::UnitView& v) const { s.streak = next_streak(s, v); }
@@ -112,12 +112,12 @@ struct RampClip {
       s.grants += 1u;
       if (s.grants >= 3u) d.flags |= gnmr::kResetMoments;
     }
-    const float lo = gnmr::fm::mul(kappa, v.mean);
+    const float lo = gnmr::math::mul(kappa, v.mean);
     const std::int64_t age = v.step - v.granted_at;  // 0 on the grant step
-    const float f = age >= ramp ? 1.0f : gnmr::fm::div(static_cast<float>(age), static_cast<float>(ramp));
+    const float f = age >= ramp ? 1.0f : gnmr::math::div(static_cast<float>(age), static_cast<float>(ramp));
     const float hi = v.target > lo ? v.target : lo;
-    const float level = gnmr::fm::add(lo, gnmr::fm::mul(f, gnmr::fm::sub(hi, lo)));
-    if (v.norm > level) d.scale = gnmr::fm::div(level, v.norm);
+    const float level = gnmr::math::add(lo, gnmr::math::mul(f, gnmr::math::sub(hi, lo)));
+    if (v.norm > level) d.scale = gnmr::math::div(level, v.norm);
   }
   std::string check() const {
     if (!(kappa > 0.0f)) return "RampClip: kappa must be > 0";

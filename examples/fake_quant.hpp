@@ -3,7 +3,7 @@
 // its gnmr unit is promoted. Shared by the host example
 // (promote_fake_quant.cpp), the CUDA kernel (promote_fake_quant_cuda.cu) and
 // the unit tests (tests/unit/test_examples_logic.cpp): every function is
-// GNMR_HOST_DEVICE and the arithmetic is exact or goes through gnmr::fm, so
+// GNMR_HOST_DEVICE and the arithmetic is exact or goes through gnmr::math, so
 // the kernel and its CPU reference give the same bits.
 //
 // The formats, as the OCP 8-bit / MX element types define them:
@@ -26,8 +26,8 @@
 
 #include <cstdint>
 
-#include "gnmr/config.hpp"
-#include "gnmr/detail/half.hpp"
+#include "gnmr/core/math.hpp"
+#include "gnmr/core/half.hpp"
 
 namespace fq {
 
@@ -52,7 +52,7 @@ GNMR_HOST_DEVICE float pow2(int k) {
 // the host and the device.
 GNMR_HOST_DEVICE float round_half_even(float v) {
   const std::uint32_t i = static_cast<std::uint32_t>(v);  // truncation, v >= 0
-  const float frac = gnmr::fm::sub(v, static_cast<float>(i));  // exact
+  const float frac = gnmr::math::sub(v, static_cast<float>(i));  // exact
   const bool up = frac > 0.5f || (frac == 0.5f && (i & 1u) != 0u);
   return static_cast<float>(i + (up ? 1u : 0u));
 }
@@ -75,7 +75,7 @@ GNMR_HOST_DEVICE float quantize(float x, const Format& f) {
     int e = static_cast<int>(abits >> 23) - 127;
     if (e < f.emin) e = f.emin;
     const int k = e - f.mant_bits;
-    q = gnmr::fm::mul(round_half_even(gnmr::fm::mul(a, pow2(-k))), pow2(k));
+    q = gnmr::math::mul(round_half_even(gnmr::math::mul(a, pow2(-k))), pow2(k));
   }
   return gnmr::detail::bits_to_float(gnmr::detail::float_to_bits(q) | sign);
 }
@@ -84,17 +84,17 @@ GNMR_HOST_DEVICE float quantize(float x, const Format& f) {
 // non-finite amax keeps 1 (nothing to scale; a NaN stays in the data).
 GNMR_HOST_DEVICE float tensor_scale(float amax, const Format& f) {
   if (!(amax > 0.0f) || !gnmr::is_finite(amax)) return 1.0f;
-  return gnmr::fm::div(amax, f.max);
+  return gnmr::math::div(amax, f.max);
 }
 
 GNMR_HOST_DEVICE float fake_quant(float x, float scale, const Format& f) {
-  return gnmr::fm::mul(quantize(gnmr::fm::div(x, scale), f), scale);
+  return gnmr::math::mul(quantize(gnmr::math::div(x, scale), f), scale);
 }
 
 // max |x| over n values (NaN propagates).
 GNMR_HOST_DEVICE float amax(const float* x, std::uint32_t n) {
   float m = 0.0f;
-  for (std::uint32_t i = 0; i < n; ++i) m = gnmr::fm::max_nan(m, x[i] < 0.0f ? -x[i] : x[i]);
+  for (std::uint32_t i = 0; i < n; ++i) m = gnmr::math::max_nan(m, x[i] < 0.0f ? -x[i] : x[i]);
   return m;
 }
 
@@ -109,9 +109,9 @@ GNMR_HOST_DEVICE float linear_out(const float* w_row, const float* x, std::uint3
   for (std::uint32_t i = 0; i < in; ++i) {
     const float w = promoted ? w_row[i] : fake_quant(w_row[i], w_scale, f);
     const float v = promoted ? x[i] : fake_quant(x[i], x_scale, f);
-    acc = gnmr::fm::add(acc, gnmr::fm::mul(w, v));
+    acc = gnmr::math::add(acc, gnmr::math::mul(w, v));
   }
-  return gnmr::fm::add(acc, bias);
+  return gnmr::math::add(acc, bias);
 }
 
 }  // namespace fq

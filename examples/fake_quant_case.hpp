@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "fake_quant.hpp"
-#include "gnmr/preset_types.hpp"
+#include "gnmr/presets/typed.hpp"
 
 namespace fq_case {
 

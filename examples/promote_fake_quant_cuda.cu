@@ -32,7 +32,7 @@
 #include "fake_quant_case.hpp"
 #include "gnmr/cuda/accessors.cuh"
 #include "gnmr/cuda/controller.cuh"
-#include "gnmr/preset_types.hpp"
+#include "gnmr/presets/typed.hpp"
 
 namespace {
 
@@ -45,11 +45,11 @@ using DevCtl = gnmr::presets::GnmrWith<gnmr::presets::ClipAndPromote, gnmr::cuda
 __global__ void amax_kernel(const float* __restrict__ x, std::uint32_t n, float* out) {
   __shared__ float s[256];
   float m = 0.0f;
-  for (std::uint32_t i = threadIdx.x; i < n; i += blockDim.x) m = gnmr::fm::max_nan(m, fabsf(x[i]));
+  for (std::uint32_t i = threadIdx.x; i < n; i += blockDim.x) m = gnmr::math::max_nan(m, fabsf(x[i]));
   s[threadIdx.x] = m;
   __syncthreads();
   for (unsigned w = blockDim.x / 2; w > 0; w /= 2) {
-    if (threadIdx.x < w) s[threadIdx.x] = gnmr::fm::max_nan(s[threadIdx.x], s[threadIdx.x + w]);
+    if (threadIdx.x < w) s[threadIdx.x] = gnmr::math::max_nan(s[threadIdx.x], s[threadIdx.x + w]);
     __syncthreads();
   }
   if (threadIdx.x == 0) *out = s[0];

@@ -17,9 +17,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "gnmr/config.hpp"
-#include "gnmr/detail/norm_plan.hpp"
-#include "gnmr/preset_types.hpp"
+#include "gnmr/core/math.hpp"
+#include "gnmr/plan/norm_plan.hpp"
+#include "gnmr/presets/typed.hpp"
+#include "../tests/reference/unit_partials.hpp"
 #include "sgd_momentum.hpp"
 
 namespace sgd_case {
@@ -53,9 +54,9 @@ GNMR_HOST_DEVICE float init_param(std::uint32_t tensor, std::uint32_t i) { retur
 // Element i of tensor k's gradient at step t (1-based), given its parameter p.
 GNMR_HOST_DEVICE float grad(std::int64_t t, std::uint32_t k, std::uint32_t unit, float level, std::uint32_t i,
                             float p) {
-  float g = gnmr::fm::add(gnmr::fm::mul(0.1f, p), gnmr::fm::mul(level, noise(static_cast<std::uint32_t>(t), k, i)));
-  if (t == kSpikeStep && unit == 1) g = gnmr::fm::mul(g, 40.0f);
-  if (t == kResetStep && unit == 0) g = gnmr::fm::mul(g, 25.0f);
+  float g = gnmr::math::add(gnmr::math::mul(0.1f, p), gnmr::math::mul(level, noise(static_cast<std::uint32_t>(t), k, i)));
+  if (t == kSpikeStep && unit == 1) g = gnmr::math::mul(g, 40.0f);
+  if (t == kResetStep && unit == 0) g = gnmr::math::mul(g, 25.0f);
   if (t == kNanStep && k == 4 && i == 10) g = gnmr::nan_f();
   return g;
 }
@@ -91,7 +92,7 @@ inline Replay replay() {
   for (int t = 1; t <= kSteps; ++t) {
     for (std::uint32_t k = 0; k < kTensors; ++k)
       for (std::uint32_t i = 0; i < sp[k].numel; ++i) g[k][i] = grad(t, k, sp[k].unit, sp[k].level, i, r.p[k][i]);
-    const std::vector<float> partials = gnmr::detail::emulate_unit_partials<gnmr::L2Norm>(L);
+    const std::vector<float> partials = gnmr::reference::emulate_unit_partials<gnmr::L2Norm>(L);
     const gnmr::StepSummary s = ctl.step(partials);
     r.summaries.push_back(s);
     r.decisions.insert(r.decisions.end(), ctl.decisions().begin(), ctl.decisions().end());

@@ -13,8 +13,8 @@
 // update() tests it again so that the element rule holds on its own.
 #pragma once
 
-#include "gnmr/config.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/core/math.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace sgdm {
 
@@ -25,14 +25,14 @@ struct Hyper {
 };
 
 // buf <- momentum * buf + (scale * g + weight_decay * p);  p <- p - lr * buf.
-// Through gnmr::fm with contraction off on the host, so the device and the
+// Through gnmr::math with contraction off on the host, so the device and the
 // host reference produce the same bits.
 GNMR_HOST_DEVICE void update(const Hyper& h, const gnmr::UnitDecision& d, float& p, float& buf, float g) {
   if (d.flags & gnmr::kSkip) return;
   const float b0 = (d.flags & gnmr::kResetMoments) ? 0.0f : buf;
-  const float gs = gnmr::fm::add(gnmr::fm::mul(d.scale, g), gnmr::fm::mul(h.weight_decay, p));
-  buf = gnmr::fm::add(gnmr::fm::mul(h.momentum, b0), gs);
-  p = gnmr::fm::sub(p, gnmr::fm::mul(h.lr, buf));
+  const float gs = gnmr::math::add(gnmr::math::mul(d.scale, g), gnmr::math::mul(h.weight_decay, p));
+  buf = gnmr::math::add(gnmr::math::mul(h.momentum, b0), gs);
+  p = gnmr::math::sub(p, gnmr::math::mul(h.lr, buf));
 }
 
 }  // namespace sgdm

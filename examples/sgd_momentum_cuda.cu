@@ -34,7 +34,7 @@
 #include "example_cuda.cuh"
 #include "gnmr/cuda/accessors.cuh"
 #include "gnmr/cuda/controller.cuh"
-#include "gnmr/cuda/norms.cuh"
+#include "gnmr/cuda/unit_norms.cuh"
 #include "sgd_case.hpp"
 
 namespace {

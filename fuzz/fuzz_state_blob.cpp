@@ -23,10 +23,10 @@
 #include <cstring>
 #include <vector>
 
-#include "gnmr/controller.hpp"
+#include "gnmr/host/controller.hpp"
 #include "gnmr/detail/fnv.hpp"
-#include "gnmr/policy/ladder.hpp"
-#include "gnmr/state.hpp"
+#include "gnmr/policy/recovery_ladder.hpp"
+#include "gnmr/io/state.hpp"
 
 namespace {
 

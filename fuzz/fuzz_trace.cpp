@@ -10,7 +10,7 @@
 #include <sstream>
 #include <string>
 
-#include "gnmr/trace.hpp"
+#include "gnmr/io/trace.hpp"
 
 namespace {
 void check(bool ok, const char* what) {

@@ -23,10 +23,10 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/controller.hpp"
-#include "gnmr/policy/mean_var.hpp"
-#include "gnmr/policy/zscore.hpp"
-#include "gnmr/trace.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/policy/mean_peers.hpp"
+#include "gnmr/policy/trigger_zscore.hpp"
+#include "gnmr/io/trace.hpp"
 
 namespace {
 

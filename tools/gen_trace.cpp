@@ -13,7 +13,7 @@
 //   - one burst where a third of the units spike on the same step;
 //   - one unit drifting up x3 over a few hundred steps (not a spike);
 //   - a few NaN and +inf cells.
-// Output: the trace CSV of gnmr/trace.hpp (stdout or --out FILE).
+// Output: the trace CSV of gnmr/io/trace.hpp (stdout or --out FILE).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/trace.hpp"
+#include "gnmr/io/trace.hpp"
 
 namespace {
 

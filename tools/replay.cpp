@@ -19,10 +19,10 @@
 
 #include <unistd.h>
 
-#include "gnmr/dyn.hpp"
-#include "gnmr/presets.hpp"
-#include "gnmr/telemetry.hpp"
-#include "gnmr/trace.hpp"
+#include "gnmr/host/dyn_controller.hpp"
+#include "gnmr/presets/make.hpp"
+#include "gnmr/io/telemetry.hpp"
+#include "gnmr/io/trace.hpp"
 #include "replay_options.hpp"
 #include "replay_plot.hpp"
 #include "replay_stats.hpp"

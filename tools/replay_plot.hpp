@@ -8,7 +8,7 @@
 //   2. a heat map of every unit's ratio (log colour), grants and
 //      non-finite norms marked;
 //   3. units in recovery and units triggered per step, with the maxO line
-//      and the systemic steps marked (gnmr/systemic.hpp).
+//      and the systemic steps marked (gnmr/step/systemic.hpp).
 // Presets without a mean (none, clip, stabilizer) have no meaningful ratio,
 // so their panels show the norm instead.
 #pragma once
@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "gnmr/types.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace replay {
 

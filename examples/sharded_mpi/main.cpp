@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/controller.hpp"
-#include "gnmr/host/norms.hpp"
-#include "gnmr/mpi/reducer.hpp"
-#include "gnmr/reducer.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/host/unit_norms.hpp"
+#include "gnmr/comm/mpi.hpp"
+#include "gnmr/comm/reducer.hpp"
 
 namespace {
 

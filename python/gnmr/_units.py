@@ -62,7 +62,7 @@ def _tensor_list(v: Any, where: str) -> List[tuple]:
 def _check_name(name: Any, where: str) -> str:
     if not isinstance(name, str):
         raise TypeError(f"gnmr: {where}: unit names are str, got {type(name).__name__}")
-    # The trace CSV's rule (gnmr/trace.hpp): no quoting, so no separators.
+    # The trace CSV's rule (gnmr/io/trace.hpp): no quoting, so no separators.
     if (not name or any(c in name for c in ',"\r\n') or name != name.strip(" \t")):
         raise ValueError(f"gnmr: unit name {name!r} must be non-empty, without ',', '\"', CR, LF "
                          "or surrounding blanks (it is a column of the trace CSV)")

@@ -18,7 +18,7 @@ _F = _C.flags()
 
 
 class Flag(enum.IntFlag):
-    """Bits of a unit's flags (``gnmr::Flag`` in gnmr/types.hpp)."""
+    """Bits of a unit's flags (``gnmr::Flag`` in gnmr/core/types.hpp)."""
 
     TRIGGERED = _F["TRIGGERED"]  #: the trigger fired this step
     GRANTED = _F["GRANTED"]  #: a recovery slot was granted this step

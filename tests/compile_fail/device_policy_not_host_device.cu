@@ -21,7 +21,7 @@ struct MyTrigger {
   MAYBE_HD void evaluate(const State&, gnmr::UnitView& v) const {
     v.delta = 0.0f;
     v.target = v.mean;
-    v.risk = gnmr::fm::div(v.ratio, tau);
+    v.risk = gnmr::math::div(v.ratio, tau);
     if (v.ratio > tau) v.flags |= gnmr::kTriggered;
   }
   GNMR_HOST_DEVICE float feed(const gnmr::UnitView& v) const { return v.norm; }

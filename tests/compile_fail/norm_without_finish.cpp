@@ -6,7 +6,7 @@ struct SumAbs {  // L1 norm
   static constexpr gnmr::Combine kCombine = gnmr::Combine::kSum;
   GNMR_HOST_DEVICE static float identity() { return 0.0f; }
   GNMR_HOST_DEVICE static float element(float x) { return x < 0.0f ? -x : x; }
-  GNMR_HOST_DEVICE static float combine(float a, float b) { return gnmr::fm::add(a, b); }
+  GNMR_HOST_DEVICE static float combine(float a, float b) { return gnmr::math::add(a, b); }
 #ifdef GNMR_CF_FIXED
   GNMR_HOST_DEVICE static float finish(float partial, double) { return partial; }
 #endif

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/controller.hpp"
+#include "gnmr/host/controller.hpp"
 #include "gnmr/cuda/controller.cuh"
 #include "gnmr/policy/mean.hpp"
-#include "gnmr/state.hpp"
+#include "gnmr/io/state.hpp"
 #include "harness.cuh"
 #include "../support/trace_gen.hpp"
 
@@ -33,7 +33,7 @@ struct PerUnitTau {
   GNMR_HOST_DEVICE static State init() { return gnmr::GnmrTrigger::init(); }
   GNMR_HOST_DEVICE gnmr::GnmrTrigger at(std::uint32_t unit) const {
     gnmr::GnmrTrigger t = base;
-    t.tau = gnmr::fm::add(base.tau, 0.5f * static_cast<float>(unit % 4u));
+    t.tau = gnmr::math::add(base.tau, 0.5f * static_cast<float>(unit % 4u));
     return t;
   }
   GNMR_HOST_DEVICE void evaluate(const State& s, gnmr::UnitView& v) const { at(v.unit).evaluate(s, v); }

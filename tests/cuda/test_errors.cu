@@ -12,7 +12,7 @@
 
 #include "gnmr/cuda/adamw.cuh"
 #include "gnmr/cuda/controller.cuh"
-#include "gnmr/cuda/norms.cuh"
+#include "gnmr/cuda/unit_norms.cuh"
 #include "gnmr/cuda/summary_ring.cuh"
 #include "harness.cuh"
 

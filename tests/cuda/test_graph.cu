@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gnmr/cuda/all.cuh"
-#include "gnmr/detail/half.hpp"
+#include "gnmr/core/half.hpp"
 #include "harness.cuh"
 
 namespace gpu_test {

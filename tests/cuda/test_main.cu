@@ -19,8 +19,10 @@
 #include <vector>
 
 #include "gnmr/cuda/adamw.cuh"
-#include "gnmr/cuda/norms.cuh"
-#include "gnmr/detail/half.hpp"
+#include "gnmr/cuda/unit_norms.cuh"
+#include "gnmr/core/half.hpp"
+#include "gnmr/host/adamw.hpp"
+#include "../reference/unit_partials.hpp"
 #include "harness.cuh"
 
 namespace gpu_test {
@@ -98,7 +100,7 @@ void check_norms(const char* name, const Mirror& m, std::size_t units, std::uint
   const auto dsegs = m.segments(true);
   gnmr::cuda::NormPlan plan(dsegs, units, gnmr::cuda::NormPlanOptions{chunk});
   const auto L = gnmr::detail::build_norm_layout(hsegs.data(), hsegs.size(), units, chunk);
-  const std::vector<float> emu = gnmr::detail::emulate_unit_partials<Norm>(L);
+  const std::vector<float> emu = gnmr::reference::emulate_unit_partials<Norm>(L);
   std::vector<double> ref(units, 0.0);
   std::vector<int> bad(units, 0);
   for (std::size_t k = 0; k < m.specs.size(); ++k) {
@@ -186,7 +188,7 @@ void test_norms() {
   CK(gnmr::cuda::unit_partials(plan, out.p, 0));
   CK(cudaDeviceSynchronize());
   const auto hsegs = m.segments(false);
-  const auto emu = gnmr::detail::emulate_unit_partials<gnmr::L2Norm>(
+  const auto emu = gnmr::reference::emulate_unit_partials<gnmr::L2Norm>(
       gnmr::detail::build_norm_layout(hsegs.data(), hsegs.size(), 3));
   const auto got = out.download();
   EXPECT(std::memcmp(got.data(), emu.data(), 3 * sizeof(float)) == 0, "caller workspace plan differs");
@@ -234,7 +236,7 @@ void test_adamw() {
   host_t[1].weight_decay = dev_t[1].weight_decay = false;
   gnmr::cuda::AdamWPlan plan(dev_t, units, gnmr::cuda::AdamWPlanOptions{16384});
   const auto L = gnmr::detail::build_adamw_layout(host_t.data(), host_t.size(), units, 16384);
-  std::vector<gnmr::detail::AdamWUnitState> hstate(units, gnmr::detail::adamw_unit_init());
+  std::vector<gnmr::AdamWUnitState> hstate(units, gnmr::detail::adamw_unit_init());
   gnmr::AdamWParams h;
   h.lr = 3e-3f;
   h.weight_decay = 0.05f;
@@ -269,7 +271,7 @@ void test_adamw() {
     sum.skip_step = step == 5 ? 1u : 0u;
     dsum.upload(std::vector<gnmr::StepSummary>{sum});
     CK(gnmr::cuda::adamw_step(plan, h, ddec.p, 0, nullptr, dsum.p));
-    gnmr::detail::emulate_adamw_step(L, h, h.lr, dec.data(), hstate, sum.skip_step != 0u);
+    gnmr::adamw_step_host(L, h, h.lr, dec.data(), hstate, sum.skip_step != 0u);
   }
   CK(cudaDeviceSynchronize());
   std::size_t diff = 0;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gnmr/cuda/presets.cuh"
-#include "gnmr/presets.hpp"
+#include "gnmr/presets/make.hpp"
 #include "harness.cuh"
 #include "../support/trace_gen.hpp"
 

@@ -10,13 +10,13 @@
 #include <gnmr/cuda/accessors.cuh>
 #include <gnmr/cuda/adamw.cuh>
 #include <gnmr/cuda/controller.cuh>
-#include <gnmr/cuda/norms.cuh>
+#include <gnmr/cuda/unit_norms.cuh>
 #include <gnmr/cuda/summary_ring.cuh>
 #include <gnmr/cuda/telemetry.cuh>
-#include <gnmr/policy/ladder.hpp>
-#include <gnmr/policy/mean_var.hpp>
-#include <gnmr/policy/stabilizer.hpp>
-#include <gnmr/policy/zscore.hpp>
+#include <gnmr/policy/recovery_ladder.hpp>
+#include <gnmr/policy/mean_peers.hpp>
+#include <gnmr/policy/recovery_norm_replace.hpp>
+#include <gnmr/policy/trigger_zscore.hpp>
 
 template class gnmr::cuda::DeviceController<>;
 template class gnmr::cuda::DeviceController<gnmr::RmsNorm, gnmr::WindowMean<32>,

@@ -4,21 +4,21 @@
 // that is where conversion warnings hide (controller.hpp:158 was found this
 // way). Every shipped policy template, the host norms for every norm, the
 // norm layout replays. The controllers are instantiate_controllers.cpp.
-#include <gnmr/detail/adamw.hpp>
-#include <gnmr/detail/norm_plan.hpp>
-#include <gnmr/host/norms.hpp>
+#include <gnmr/plan/adamw_plan.hpp>
+#include <gnmr/plan/norm_plan.hpp>
+#include <gnmr/host/unit_norms.hpp>
 #include <gnmr/policy/budget.hpp>
 #include <gnmr/policy/interface.hpp>
-#include <gnmr/policy/ladder.hpp>
+#include <gnmr/policy/recovery_ladder.hpp>
 #include <gnmr/policy/mean.hpp>
-#include <gnmr/policy/mean_var.hpp>
+#include <gnmr/policy/mean_peers.hpp>
 #include <gnmr/policy/norm.hpp>
 #include <gnmr/policy/recovery.hpp>
-#include <gnmr/policy/stabilizer.hpp>
+#include <gnmr/policy/recovery_norm_replace.hpp>
 #include <gnmr/policy/trigger.hpp>
-#include <gnmr/policy/zscore.hpp>
-#include <gnmr/reducer.hpp>
-#include <gnmr/trace.hpp>
+#include <gnmr/policy/trigger_zscore.hpp>
+#include <gnmr/comm/reducer.hpp>
+#include <gnmr/io/trace.hpp>
 
 template struct gnmr::WindowMean<1>;
 template struct gnmr::WindowMean<32>;
@@ -38,9 +38,7 @@ template struct gnmr::detail::CheckPolicies<gnmr::RmsNorm, gnmr::WindowMean<16>,
   template std::vector<float> gnmr::host_unit_partials<N>(const std::vector<gnmr::Segment>&,   \
                                                           std::size_t, gnmr::Coverage);        \
   template std::vector<std::uint64_t> gnmr::unit_numel<N>(const std::vector<gnmr::Segment>&,   \
-                                                          std::size_t);                        \
-  template std::vector<float> gnmr::detail::emulate_unit_partials<N>(                          \
-      const gnmr::detail::NormLayout&);
+                                                          std::size_t);
 GNMR_INSTANTIATE_NORM(gnmr::L2Norm)
 GNMR_INSTANTIATE_NORM(gnmr::RmsNorm)
 GNMR_INSTANTIATE_NORM(gnmr::LinfNorm)

@@ -15,8 +15,8 @@
 #include <cstring>
 #include <vector>
 
-#include "gnmr/config.hpp"
-#include "gnmr/mpi/reducer.hpp"
+#include "gnmr/core/math.hpp"
+#include "gnmr/comm/mpi.hpp"
 
 namespace mpitest {
 

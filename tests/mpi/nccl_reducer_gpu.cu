@@ -1,7 +1,7 @@
 // tests/mpi/nccl_reducer_gpu.cu — NcclReducer on the GPUs of one process.
 //
 // Built whenever CUDA and NCCL are found, so CI at least compiles and links
-// gnmr/cuda/nccl_reducer.cuh; exits 77 (CTest: skipped) without a GPU.
+// gnmr/comm/nccl.cuh; exits 77 (CTest: skipped) without a GPU.
 // One communicator per visible GPU (ncclCommInitAll, at most 4; one GPU is
 // enough). Checks:
 //  - max with a NaN on the last device: +Inf on every device, exact maxima
@@ -21,9 +21,9 @@
 #include <cstring>
 #include <vector>
 
-#include "gnmr/controller.hpp"
-#include "gnmr/cuda/nccl_reducer.cuh"
-#include "gnmr/reducer.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/comm/nccl.cuh"
+#include "gnmr/comm/reducer.hpp"
 #include "../cuda/harness.cuh"  // EXPECT, failures(), same_bits(): the GPU tests' harness
 
 namespace {
@@ -92,7 +92,7 @@ std::vector<float> host_combine(const std::vector<std::vector<float>>& host, gnm
     for (std::size_t d = 0; d < host.size(); ++d) {
       float x = host[d][i];
       if (op == gnmr::Combine::kMax && gnmr::is_nan(x)) x = gnmr::inf_f();
-      r[i] = d == 0 ? x : (op == gnmr::Combine::kSum ? gnmr::fm::add(r[i], x) : gnmr::fm::max_nan(r[i], x));
+      r[i] = d == 0 ? x : (op == gnmr::Combine::kSum ? gnmr::math::add(r[i], x) : gnmr::math::max_nan(r[i], x));
     }
   }
   return r;

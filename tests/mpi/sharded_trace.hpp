@@ -13,8 +13,8 @@
 #include <cstring>
 #include <vector>
 
-#include "gnmr/controller.hpp"
-#include "gnmr/host/norms.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/host/unit_norms.hpp"
 
 namespace mpitest {
 

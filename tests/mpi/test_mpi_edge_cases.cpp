@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "gnmr/config.hpp"
-#include "gnmr/mpi/reducer.hpp"
+#include "gnmr/core/math.hpp"
+#include "gnmr/comm/mpi.hpp"
 #include "mpi_check.hpp"
 
 namespace mpitest {

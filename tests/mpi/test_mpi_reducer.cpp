@@ -27,7 +27,7 @@
 // the same order, so one failing check must not skip the rest on one rank
 // (tests/mpi/mpi_check.hpp). The data is tests/mpi/sharded_trace.hpp; the
 // collective's own NaN and edge cases are test_mpi_edge_cases.cpp.
-#include "gnmr/mpi/reducer.hpp"  // first: the header must be self-contained
+#include "gnmr/comm/mpi.hpp"  // first: the header must be self-contained
 
 #include <mpi.h>
 
@@ -39,9 +39,9 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/controller.hpp"
-#include "gnmr/host/norms.hpp"
-#include "gnmr/reducer.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/host/unit_norms.hpp"
+#include "gnmr/comm/reducer.hpp"
 #include "mpi_check.hpp"
 #include "sharded_trace.hpp"
 

@@ -25,8 +25,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "gnmr/presets.hpp"
-#include "gnmr/trace.hpp"
+#include "gnmr/presets/make.hpp"
+#include "gnmr/io/trace.hpp"
 
 namespace {
 

@@ -158,7 +158,7 @@ def test_promoted_reads_the_flags():
 
 
 def test_flag_bits_are_the_cpp_ones():
-    # gnmr/types.hpp, by hand.
+    # gnmr/core/types.hpp, by hand.
     assert [int(f) for f in (gnmr.Flag.TRIGGERED, gnmr.Flag.GRANTED, gnmr.Flag.IN_RECOVERY,
                              gnmr.Flag.DENIED, gnmr.Flag.COOLDOWN, gnmr.Flag.NONFINITE,
                              gnmr.Flag.SKIP, gnmr.Flag.RESET_MOMENTS, gnmr.Flag.PROMOTE,

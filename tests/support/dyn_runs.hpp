@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/dyn.hpp"
-#include "gnmr/presets.hpp"
+#include "gnmr/host/dyn_controller.hpp"
+#include "gnmr/presets/make.hpp"
 
 namespace dyntest {
 

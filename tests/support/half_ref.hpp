@@ -1,5 +1,5 @@
 // tests/support/half_ref.hpp — independent references for the half-precision
-// codecs (gnmr/detail/half.hpp), shared by the codec tests (test_half.cpp)
+// codecs (gnmr/core/half.hpp), shared by the codec tests (test_half.cpp)
 // and the norm tests (test_norms.cpp), which need the exact value of every
 // bf16/fp16 gradient element. The decoder is field arithmetic plus ldexp in
 // long double and the encoder a search for the nearest pattern, so neither
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <limits>
 
-#include "gnmr/host/norms.hpp"
+#include "gnmr/host/unit_norms.hpp"
 
 namespace halfref {
 

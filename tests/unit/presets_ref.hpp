@@ -23,7 +23,7 @@
 #include <random>
 #include <vector>
 
-#include "gnmr/presets.hpp"
+#include "gnmr/presets/make.hpp"
 
 namespace presets_ref {
 

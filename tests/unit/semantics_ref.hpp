@@ -2,7 +2,7 @@
 // docs/algorithm.md that test_semantics_reference.cpp runs GnmrController
 // against: a configuration (Cfg: mean tracker, thresholds, budget) and Ref,
 // a plain re-reading of the algorithm written without looking at
-// detail/step.hpp (containers, doubles, a full sort for the slot selection).
+// step/step.hpp (containers, doubles, a full sort for the slot selection).
 #pragma once
 
 #include <algorithm>

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "../support/alloc_counter.hpp"
-#include "gnmr/controller.hpp"
-#include "gnmr/host/norms.hpp"
-#include "gnmr/presets.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/host/unit_norms.hpp"
+#include "gnmr/presets/make.hpp"
 
 #if GNMR_TEST_COUNT_ALLOCS
 // GCC 12 sees free() on memory from "operator new" once the replacement is

@@ -1,9 +1,10 @@
-// CPU checks of the guarded fused AdamW's arithmetic (gnmr/detail/adamw.hpp),
+// CPU checks of the guarded fused AdamW's arithmetic (gnmr/plan/adamw_plan.hpp),
 // which the CUDA kernel runs unchanged: against an independent
 // double-precision AdamW (torch.optim.AdamW's formulas), and the decision
 // semantics — skip (nothing written, NaN contained), reset (moments zeroed,
 // bias correction restarted), scale.
-#include "gnmr/detail/adamw.hpp"
+#include "gnmr/host/adamw.hpp"
+#include "gnmr/plan/adamw_plan.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -15,13 +16,13 @@
 #include <stdexcept>
 #include <vector>
 
-#include "gnmr/detail/half.hpp"
+#include "gnmr/core/half.hpp"
 
 namespace {
 
 using gnmr::AdamWParams;
 using gnmr::UnitDecision;
-using gnmr::detail::AdamWUnitState;
+using gnmr::AdamWUnitState;
 
 // torch.optim.AdamW (decoupled weight decay), in double.
 struct RefAdamW {
@@ -172,7 +173,7 @@ TEST_CASE("AdamW step replay over a multi-tensor layout", "[cuda-logic][adamw]")
   std::vector<AdamWUnitState> st(4, gnmr::detail::adamw_unit_init());
   const std::vector<UnitDecision> dec = {{0.5f, gnmr::kInRecovery}, {1.0f, 0u}, {0.0f, gnmr::kSkip}, {1.0f, 0u}};
   const AdamWParams h = hyper();
-  gnmr::detail::emulate_adamw_step(L, h, h.lr, dec.data(), st);
+  gnmr::adamw_step_host(L, h, h.lr, dec.data(), st);
   CHECK(st[0].step == 1);
   CHECK(st[1].step == 0);  // no tensor: untouched
   CHECK(st[2].step == 0);  // skipped
@@ -209,12 +210,12 @@ TEST_CASE("AdamW step replay honours a suggested global skip", "[cuda-logic][ada
   const auto L = gnmr::detail::build_adamw_layout(&t, 1, 1, 1024);
   std::vector<AdamWUnitState> st(1, gnmr::detail::adamw_unit_init());
   const UnitDecision dec{1.0f, 0u};  // the unit itself is not skipped
-  gnmr::detail::emulate_adamw_step(L, hyper(), hyper().lr, &dec, st, /*global_skip=*/true);
+  gnmr::adamw_step_host(L, hyper(), hyper().lr, &dec, st, /*global_skip=*/true);
   CHECK(st[0].step == 0);
   CHECK(p == p0);
   CHECK(m == m0);
   CHECK(v == v0);
-  gnmr::detail::emulate_adamw_step(L, hyper(), hyper().lr, &dec, st, false);
+  gnmr::adamw_step_host(L, hyper(), hyper().lr, &dec, st, false);
   CHECK(st[0].step == 1);
   CHECK(std::isnan(p[7]));  // without the skip the NaN is not hidden
 }
@@ -247,9 +248,9 @@ TEST_CASE("AdamW no-decay tensors: one plan equals two parameter groups", "[cuda
   std::vector<AdamWUnitState> s(1, gnmr::detail::adamw_unit_init()), s0 = s, s1 = s;
   const UnitDecision dec{0.5f, gnmr::kInRecovery};
   for (int step = 0; step < 3; ++step) {
-    gnmr::detail::emulate_adamw_step(L, h, h.lr, &dec, s);
-    gnmr::detail::emulate_adamw_step(L0, h, h.lr, &dec, s0);
-    gnmr::detail::emulate_adamw_step(L1, h_nd, h.lr, &dec, s1);
+    gnmr::adamw_step_host(L, h, h.lr, &dec, s);
+    gnmr::adamw_step_host(L0, h, h.lr, &dec, s0);
+    gnmr::adamw_step_host(L1, h_nd, h.lr, &dec, s1);
   }
   CHECK(std::memcmp(a_p0.data(), b_p0.data(), n0 * 4) == 0);
   CHECK(std::memcmp(a_p1.data(), b_p1.data(), n1 * 4) == 0);
@@ -261,7 +262,7 @@ TEST_CASE("AdamW no-decay tensors: one plan equals two parameter groups", "[cuda
   const gnmr::AdamWTensor c1{c_p1.data(), g1.data(), c_m1.data(), c_v1.data(), n1, gnmr::DType::kF32, 0};
   const auto Lc = gnmr::detail::build_adamw_layout(&c1, 1, 1, 256);
   std::vector<AdamWUnitState> sc(1, gnmr::detail::adamw_unit_init());
-  for (int step = 0; step < 3; ++step) gnmr::detail::emulate_adamw_step(Lc, h, h.lr, &dec, sc);
+  for (int step = 0; step < 3; ++step) gnmr::adamw_step_host(Lc, h, h.lr, &dec, sc);
   CHECK(c_p1 != a_p1);
 }
 

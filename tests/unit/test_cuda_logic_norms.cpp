@@ -1,8 +1,8 @@
-// CPU checks of the CUDA norm kernel's logic (gnmr/detail/norm_plan.hpp):
+// CPU checks of the CUDA norm kernel's logic (gnmr/plan/norm_plan.hpp):
 // the chunk plan, and the kernel's exact reduction order replayed on the
 // host against independent double-precision references. The GPU test
 // (tests/cuda) then only has to show that the device produces these bits.
-#include "gnmr/detail/norm_plan.hpp"
+#include "gnmr/plan/norm_plan.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -13,9 +13,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "gnmr/detail/half.hpp"
-#include "gnmr/host/norms.hpp"
+#include "gnmr/core/half.hpp"
+#include "gnmr/host/unit_norms.hpp"
 #include "gnmr/policy/norm.hpp"
+#include "../reference/unit_partials.hpp"
 
 namespace {
 
@@ -30,7 +31,7 @@ struct CountNorm {
   static constexpr gnmr::Combine kCombine = gnmr::Combine::kSum;
   static float identity() { return 0.0f; }
   static float element(float) { return 1.0f; }
-  static float combine(float a, float b) { return gnmr::fm::add(a, b); }
+  static float combine(float a, float b) { return gnmr::math::add(a, b); }
 };
 
 // 16-byte aligned host storage with a chosen element offset, so that a
@@ -140,7 +141,7 @@ TEST_CASE("norm kernel schedule visits every element exactly once", "[cuda-logic
         for (std::uint64_t chunk : {std::uint64_t{8}, std::uint64_t{4096}, std::uint64_t{65536}}) {
           if (n / chunk > 64) continue;  // keep the emulation cheap
           const NormLayout L = gnmr::detail::build_norm_layout(&s, 1, 1, chunk);
-          const std::vector<float> p = gnmr::detail::emulate_unit_partials<CountNorm>(L);
+          const std::vector<float> p = gnmr::reference::emulate_unit_partials<CountNorm>(L);
           INFO("dtype " << gnmr::dtype_name(d) << " n " << n << " offset " << off << " chunk " << chunk);
           REQUIRE(p[0] == static_cast<float>(n));
         }
@@ -171,8 +172,8 @@ TEST_CASE("emulated norm kernel matches a double reference for every dtype", "[c
       }
     for (std::uint64_t chunk : {std::uint64_t{8192}, std::uint64_t{65536}}) {
       const NormLayout L = gnmr::detail::build_norm_layout(segs.data(), segs.size(), 3, chunk);
-      const std::vector<float> l2 = gnmr::detail::emulate_unit_partials<gnmr::L2Norm>(L);
-      const std::vector<float> inf = gnmr::detail::emulate_unit_partials<gnmr::LinfNorm>(L);
+      const std::vector<float> l2 = gnmr::reference::emulate_unit_partials<gnmr::L2Norm>(L);
+      const std::vector<float> inf = gnmr::reference::emulate_unit_partials<gnmr::LinfNorm>(L);
       const std::vector<float> host = gnmr::host_unit_partials<gnmr::L2Norm>(segs, 3);
       for (std::size_t u = 0; u < 3; ++u) {
         INFO("dtype " << gnmr::dtype_name(d) << " chunk " << chunk << " unit " << u);
@@ -203,8 +204,8 @@ TEST_CASE("emulated norm kernel propagates NaN and Inf to the unit's partial", "
     const std::vector<Segment> segs = {{a.buf.data, 200000, d, 0}, {b.buf.data, 200000, d, 1},
                                        {c.buf.data, 1000, d, 2}};
     const NormLayout L = gnmr::detail::build_norm_layout(segs.data(), segs.size(), 3);
-    const std::vector<float> l2 = gnmr::detail::emulate_unit_partials<gnmr::L2Norm>(L);
-    const std::vector<float> inf = gnmr::detail::emulate_unit_partials<gnmr::LinfNorm>(L);
+    const std::vector<float> l2 = gnmr::reference::emulate_unit_partials<gnmr::L2Norm>(L);
+    const std::vector<float> inf = gnmr::reference::emulate_unit_partials<gnmr::LinfNorm>(L);
     INFO("dtype " << gnmr::dtype_name(d));
     CHECK(gnmr::is_nan(l2[0]));
     CHECK(gnmr::is_nan(inf[0]));

@@ -1,9 +1,9 @@
-// CPU checks of the device controller's slot selection (gnmr/detail/select.hpp):
+// CPU checks of the device controller's slot selection (gnmr/step/select.hpp):
 // the rank key orders exactly like detail::ranks_before, the radix select
 // (with and without the per-block top-k pre-filter) grants exactly the set
 // std::nth_element picks, and a host replay of the whole two-kernel device
 // step makes the same decisions as GnmrController on contended traces.
-#include "gnmr/detail/select.hpp"
+#include "gnmr/step/select.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -15,8 +15,9 @@
 #include <vector>
 
 #include "../support/trace_gen.hpp"
-#include "gnmr/controller.hpp"
-#include "gnmr/detail/step.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/step/step.hpp"
+#include "../reference/select.hpp"
 
 namespace {
 
@@ -101,7 +102,7 @@ TEST_CASE("device selection grants exactly the nth_element set", "[cuda-logic][s
       std::uint32_t nc = 0;
       for (char c : cand) nc += c ? 1u : 0u;
       const std::uint32_t g = gnmr::detail::grants_wanted(slots, held, nc);
-      const gnmr::detail::SelectRule rule = gnmr::detail::emulate_device_select(keys, held, slots);
+      const gnmr::detail::SelectRule rule = gnmr::reference::emulate_device_select(keys, held, slots);
       const std::vector<char> ref = reference_grants(risk, cand, g);
       std::size_t granted = 0, mismatches = 0;
       for (std::uint32_t i = 0; i < cs.n; ++i) {
@@ -121,7 +122,7 @@ TEST_CASE("per-block pre-filter keeps the winners when one block holds them all"
   // holds exactly 4 keys, and the rule must still grant only those 4.
   std::vector<std::uint64_t> keys(1000, 0u);
   for (std::uint32_t i = 0; i < 10; ++i) keys[i] = rank_key(static_cast<float>(i % 3), i);
-  const auto rule = gnmr::detail::emulate_device_select(keys, 0, 4);
+  const auto rule = gnmr::reference::emulate_device_select(keys, 0, 4);
   std::vector<std::uint32_t> got;
   for (std::uint32_t i = 0; i < keys.size(); ++i)
     if (gnmr::detail::rule_grants(rule, keys[i])) got.push_back(i);
@@ -156,7 +157,7 @@ struct DeviceStepReplay {
 
   static double block_tree(double (&x)[256]) {  // the kernel's shared-memory loop
     for (unsigned s = 128; s > 0; s >>= 1)
-      for (unsigned j = 0; j < s; ++j) x[j] = gnmr::fm::dadd(x[j], x[j + s]);
+      for (unsigned j = 0; j < s; ++j) x[j] = gnmr::math::dadd(x[j], x[j + s]);
     return x[0];
   }
 
@@ -181,7 +182,7 @@ struct DeviceStepReplay {
       }
       block_sq[b] = block_tree(x);
     }
-    const auto rule = gnmr::detail::emulate_device_select(keys, held, p.budget.slots());
+    const auto rule = gnmr::reference::emulate_device_select(keys, held, p.budget.slots());
     double total = 0.0;
     if (p.opt.systemic.action == gnmr::SystemicAction::kGlobalClip) {
       std::size_t m = nb;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "../support/trace_gen.hpp"
-#include "gnmr/presets.hpp"
+#include "gnmr/presets/make.hpp"
 
 TEST_CASE("preset GPU test trace makes every preset act within the quick step count",
           "[cuda-logic][traces]") {

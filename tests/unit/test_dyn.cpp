@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/dyn.hpp"
-#include "gnmr/presets.hpp"
-#include "gnmr/state.hpp"
+#include "gnmr/host/dyn_controller.hpp"
+#include "gnmr/presets/make.hpp"
+#include "gnmr/io/state.hpp"
 
 #include "../support/dyn_runs.hpp"
 

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "../support/dyn_runs.hpp"
-#include "gnmr/dyn.hpp"
-#include "gnmr/presets.hpp"
-#include "gnmr/state.hpp"
+#include "gnmr/host/dyn_controller.hpp"
+#include "gnmr/presets/make.hpp"
+#include "gnmr/io/state.hpp"
 
 namespace {
 

@@ -1,9 +1,9 @@
-// Tests of gnmr/detail/half.hpp: the bf16/fp16 decoders and encoders against
+// Tests of gnmr/core/half.hpp: the bf16/fp16 decoders and encoders against
 // an independent ldexp-based decoder and a nearest-candidate encoder
 // (tests/support/half_ref.hpp): reference values, all 65536 patterns,
 // midpoints and neighbours, random floats and round trips, and subnormals
 // under FTZ/DAZ.
-#include "gnmr/detail/half.hpp"
+#include "gnmr/core/half.hpp"
 
 #include <catch2/catch.hpp>
 

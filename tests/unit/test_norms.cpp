@@ -1,10 +1,10 @@
-// Tests of gnmr/host/norms.hpp: host_unit_partials against long-double
+// Tests of gnmr/host/unit_norms.hpp: host_unit_partials against long-double
 // references over random layouts, dtypes and distributions (exact element
 // values from the independent half decoder in tests/support/half_ref.hpp),
 // hand-computed values, NaN/Inf poisoning, overflow past FLT_MAX, custom
 // norm policies, validation and shard coverage. The codecs themselves are
 // tested in test_half.cpp.
-#include "gnmr/host/norms.hpp"
+#include "gnmr/host/unit_norms.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -257,7 +257,7 @@ struct MaxSquareNorm {
   static constexpr gnmr::Combine kCombine = gnmr::Combine::kMax;
   static float identity() { return 0.0f; }
   static float element(float x) { return x * x; }
-  static float combine(float a, float b) { return gnmr::fm::max_nan(a, b); }
+  static float combine(float a, float b) { return gnmr::math::max_nan(a, b); }
   static float finish(float p, double) { return p; }
 };
 }  // namespace

@@ -1,9 +1,9 @@
-// Tests of gnmr/detail/numeric.hpp, the leaf helpers that the statistics,
+// Tests of gnmr/core/numeric.hpp, the leaf helpers that the statistics,
 // the norm folds and the reducers share: the saturating count, the ring
 // order, the double -> float rounding at the edge of the float range and the
 // double NaN test. Expected values are worked out by hand (bit patterns,
 // powers of two) or drawn from an independent model (std::deque, std::isnan).
-#include "gnmr/detail/numeric.hpp"
+#include "gnmr/core/numeric.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -15,9 +15,10 @@
 #include <random>
 #include <vector>
 
-#include "gnmr/controller.hpp"
-#include "gnmr/detail/norm_plan.hpp"
-#include "gnmr/host/norms.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/plan/norm_plan.hpp"
+#include "gnmr/host/unit_norms.hpp"
+#include "../reference/unit_partials.hpp"
 
 namespace {
 
@@ -126,7 +127,7 @@ TEST_CASE("an operator's weight and bias are one unit: partials of the segments 
       // Chunks are grouped by unit: every chunk of unit u lies in one of its segments.
       for (std::size_t u = 0; u < 4; ++u)
         for (std::uint32_t c = L.unit_begin[u]; c < L.unit_begin[u + 1]; ++c) REQUIRE(L.chunks[c].unit == u);
-      const std::vector<float> p = gnmr::detail::emulate_unit_partials<gnmr::L2Norm>(L);
+      const std::vector<float> p = gnmr::reference::emulate_unit_partials<gnmr::L2Norm>(L);
       for (std::size_t u = 0; u < 4; ++u) {
         INFO("unit " << u);
         CHECK(close(p[u], sumsq(units[u]), 1e-5));  // fp32 inside a chunk, double across
@@ -141,7 +142,7 @@ TEST_CASE("an operator's weight and bias are one unit: partials of the segments 
     gnmr::host_unit_partials(segs, partials);
     CHECK(std::isnan(partials[1]));
     const auto L = gnmr::detail::build_norm_layout(segs.data(), segs.size(), 4, 64);
-    const std::vector<float> p = gnmr::detail::emulate_unit_partials<gnmr::L2Norm>(L);
+    const std::vector<float> p = gnmr::reference::emulate_unit_partials<gnmr::L2Norm>(L);
     CHECK(std::isnan(p[1]));
     for (std::size_t u : {0, 2, 3}) {
       CHECK(close(partials[u], sumsq(units[u]), 1e-7));

@@ -11,12 +11,12 @@
 //    (its kName is in the fingerprint).
 #include "gnmr/policy/interface.hpp"
 
-#include "gnmr/controller.hpp"
-#include "gnmr/policy/ladder.hpp"
-#include "gnmr/policy/mean_var.hpp"
-#include "gnmr/policy/stabilizer.hpp"
-#include "gnmr/policy/zscore.hpp"
-#include "gnmr/state.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/policy/recovery_ladder.hpp"
+#include "gnmr/policy/mean_peers.hpp"
+#include "gnmr/policy/recovery_norm_replace.hpp"
+#include "gnmr/policy/trigger_zscore.hpp"
+#include "gnmr/io/state.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -137,17 +137,17 @@ struct MinNormTrigger {
   GNMR_HOST_DEVICE void evaluate(const State&, gnmr::UnitView& v) const {
     v.delta = 0.0f;
     v.risk = 0.0f;
-    v.target = gnmr::fm::mul(tau, v.mean);  // what ClipToTarget would clip to
+    v.target = gnmr::math::mul(tau, v.mean);  // what ClipToTarget would clip to
     if (v.count < warmup) {
       v.flags |= gnmr::kWarmup;
       return;
     }
-    v.risk = gnmr::fm::div(v.ratio, tau);
+    v.risk = gnmr::math::div(v.ratio, tau);
     if (v.ratio > tau && v.norm >= min_norm) v.flags |= gnmr::kTriggered;
   }
   // A triggered norm enters the mean clamped, as GNMR's own trigger does.
   GNMR_HOST_DEVICE float feed(const gnmr::UnitView& v) const {
-    return (v.flags & gnmr::kTriggered) ? gnmr::fm::min(v.norm, v.target) : v.norm;
+    return (v.flags & gnmr::kTriggered) ? gnmr::math::min(v.norm, v.target) : v.norm;
   }
   GNMR_HOST_DEVICE void update(State&, const gnmr::UnitView&) const {}
 
@@ -178,7 +178,7 @@ TEST_CASE("docs/policies.md example: MinNormTrigger in a controller", "[interfac
   CHECK(s11.triggered == 0u);
   CHECK(c.decisions()[0].scale == 1.0f);
   CHECK(c.reports()[0].ratio == 5.0f);
-  CHECK(c.reports()[0].risk == gnmr::fm::div(5.0f, 3.0f));
+  CHECK(c.reports()[0].risk == gnmr::math::div(5.0f, 3.0f));
   // Step 12: unit 0 at 30; its mean is now (10 * 2 + 10) / 11 = 30/11, r = 11:
   // triggered, granted, clipped to the mean (ClipToMean, kappa 1).
   const gnmr::StepSummary& s12 = c.step_norms(std::vector<float>{30.0f, 0.5f});
@@ -187,11 +187,11 @@ TEST_CASE("docs/policies.md example: MinNormTrigger in a controller", "[interfac
   CHECK(s12.granted == 1u);
   CHECK(c.reports()[0].mean == mu);
   CHECK((c.decisions()[0].flags & gnmr::kGranted) != 0u);
-  CHECK(c.decisions()[0].scale == gnmr::fm::div(mu, 30.0f));
+  CHECK(c.decisions()[0].scale == gnmr::math::div(mu, 30.0f));
   CHECK(c.decisions()[1].scale == 1.0f);
   // The clamped feed: unit 0's sum grew by tau * mu, not by 30.
   const double sum = c.unit_states()[0].mean.sum;
-  CHECK(sum == 30.0 + static_cast<double>(gnmr::fm::mul(3.0f, mu)));
+  CHECK(sum == 30.0 + static_cast<double>(gnmr::math::mul(3.0f, mu)));
 }
 
 TEST_CASE("docs/policies.md example: bad parameters and the state blob", "[interface]") {

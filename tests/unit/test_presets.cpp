@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "gnmr/presets.hpp"
+#include "gnmr/presets/make.hpp"
 #include "presets_ref.hpp"
 
 namespace {

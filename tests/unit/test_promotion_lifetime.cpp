@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/controller.hpp"
-#include "gnmr/preset_types.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/presets/typed.hpp"
 #include "semantics_util.hpp"
 
 using namespace semtest;

@@ -1,6 +1,6 @@
 // The presets gnmr-promote (GNMR's signal; clip to kappa * mu and promote
 // for the lock) and gnmr-clip (today's gnmr under a name of its own), and
-// the typed aliases behind them (preset_types.hpp): by name they decide
+// the typed aliases behind them (presets/typed.hpp): by name they decide
 // exactly like the typed controllers on a spiky trace with NaN, they take
 // exactly gnmr's overrides and each override reaches its policy, gnmr-promote
 // is gnmr's clip plus kPromote on the units in recovery, and the state blob
@@ -19,8 +19,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "gnmr/presets.hpp"
-#include "gnmr/state.hpp"
+#include "gnmr/presets/make.hpp"
+#include "gnmr/io/state.hpp"
 
 namespace {
 

@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "gnmr/policy/mean_var.hpp"
+#include "gnmr/policy/mean_peers.hpp"
 #include "semantics_util.hpp"
 
 using namespace semtest;

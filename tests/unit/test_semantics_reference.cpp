@@ -6,7 +6,7 @@
 // (bias-corrected EMA, cumulative, window).
 //
 // The model (semantics_ref.hpp) is a plain re-reading of docs/algorithm.md
-// written without looking at detail/step.hpp: containers, doubles, a full
+// written without looking at step/step.hpp: containers, doubles, a full
 // sort for the slot selection. Flags, lock counts, step numbers and the summary's counts and
 // max-ratio unit must match exactly; means, ratios, deltas, risks and
 // scales within 1e-4 relative (fp32 vs double). To keep "exactly" honest

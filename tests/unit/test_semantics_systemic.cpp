@@ -1,4 +1,4 @@
-// Step-by-step semantics of the systemic rule (gnmr/systemic.hpp,
+// Step-by-step semantics of the systemic rule (gnmr/step/systemic.hpp,
 // docs/algorithm.md "Systemic steps"): the threshold at and around its
 // boundary, each action on hand-computed steps, systemic and local grants
 // in one step, non-finite units in a systemic step, the tracker of the

@@ -6,8 +6,8 @@
 
 #include <vector>
 
-#include "gnmr/controller.hpp"
-#include "gnmr/policy/stabilizer.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/policy/recovery_norm_replace.hpp"
 #include "semantics_util.hpp"
 
 using gnmr::GnmrController;

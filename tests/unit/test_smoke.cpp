@@ -1,7 +1,7 @@
 // Placeholder smoke test: proves the test harness builds and that the
 // bit-level float classifiers in config.hpp behave. Real suites go next to
 // it in tests/unit/ (picked up by the glob in tests/CMakeLists.txt).
-#include "gnmr/config.hpp"
+#include "gnmr/core/math.hpp"
 
 #include <catch2/catch.hpp>
 

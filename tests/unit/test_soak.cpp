@@ -21,8 +21,8 @@
 #include <random>
 #include <vector>
 
-#include "gnmr/controller.hpp"
-#include "gnmr/state.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/io/state.hpp"
 
 namespace {
 

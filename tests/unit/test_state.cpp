@@ -1,10 +1,10 @@
-// Tests of gnmr/state.hpp: a saved and reloaded controller continues
+// Tests of gnmr/io/state.hpp: a saved and reloaded controller continues
 // bit-for-bit like the original; every malformed or mismatched blob is
 // rejected with a clear StateError and leaves the target controller exactly
 // as it was (state bytes, step count, and its future decisions).
-#include "gnmr/state.hpp"
+#include "gnmr/io/state.hpp"
 
-#include "gnmr/controller.hpp"
+#include "gnmr/host/controller.hpp"
 #include "gnmr/policy/mean.hpp"
 #include "gnmr/policy/norm.hpp"
 

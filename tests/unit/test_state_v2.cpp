@@ -1,10 +1,10 @@
-// Tests of the state blob's version 2 (gnmr/state.hpp, gnmr/detail/state_id.hpp):
+// Tests of the state blob's version 2 (gnmr/io/state.hpp, gnmr/io/state_id.hpp):
 // the global state (the systemic tracker) saved and restored; composite and
 // state-shaping fingerprints, refused with a message that names both sides;
 // genuine version-1 blobs (written by the pre-v2 headers, bytes below)
 // migrated when unambiguous, refused otherwise, loaded on trust_v1; and the
 // generic load_state on a controller shaped like the device one.
-#include "gnmr/state.hpp"
+#include "gnmr/io/state.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "../support/trace_gen.hpp"
-#include "gnmr/controller.hpp"
-#include "gnmr/policy/ladder.hpp"
-#include "gnmr/policy/mean_var.hpp"
-#include "gnmr/policy/zscore.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/policy/recovery_ladder.hpp"
+#include "gnmr/policy/mean_peers.hpp"
+#include "gnmr/policy/trigger_zscore.hpp"
 #include "semantics_util.hpp"
 
 namespace {

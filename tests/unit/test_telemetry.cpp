@@ -1,4 +1,4 @@
-// Tests for gnmr/telemetry.hpp: the JSON Lines event log.
+// Tests for gnmr/io/telemetry.hpp: the JSON Lines event log.
 //
 // Hand-built StepSummary / UnitReport records are logged and compared with
 // hand-written expected lines; a scripted controller run is logged and each
@@ -25,10 +25,10 @@
 
 #include "../support/alloc_counter.hpp"
 #include "../support/flat_json.hpp"
-#include "gnmr/controller.hpp"
-#include "gnmr/host/norms.hpp"
-#include "gnmr/presets.hpp"
-#include "gnmr/telemetry.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/host/unit_norms.hpp"
+#include "gnmr/presets/make.hpp"
+#include "gnmr/io/telemetry.hpp"
 
 using flat_json::JObject;
 using flat_json::JParser;

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/controller.hpp"
-#include "gnmr/telemetry.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/io/telemetry.hpp"
 
 TEST_CASE("EventLog::write_sparse equals write on the compacted units", "[telemetry]") {
   const std::size_t n = 40;

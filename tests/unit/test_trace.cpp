@@ -1,4 +1,4 @@
-// Tests for gnmr/trace.hpp: the trace CSV reader and writer.
+// Tests for gnmr/io/trace.hpp: the trace CSV reader and writer.
 //
 // The reader is checked against hand-written CSV text with known values,
 // and every error case against the line number a person would point at.
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/trace.hpp"
+#include "gnmr/io/trace.hpp"
 
 namespace {
 

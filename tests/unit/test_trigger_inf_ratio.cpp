@@ -1,12 +1,12 @@
 // GnmrTrigger with one threshold off (+inf): a unit whose ratio overflows to
 // +inf must still rank first for a slot. Before the fix, r/tau = inf/inf was
-// NaN, fm::max kept the NaN, and evaluate_unit turned it into risk 0.
+// NaN, math::max kept the NaN, and evaluate_unit turned it into risk 0.
 #include <catch2/catch.hpp>
 
 #include <limits>
 #include <vector>
 
-#include "gnmr/controller.hpp"
+#include "gnmr/host/controller.hpp"
 
 TEST_CASE("GnmrTrigger: tau off, infinite ratio ranks first", "[trigger][inf]") {
   using namespace gnmr;

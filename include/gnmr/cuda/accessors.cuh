@@ -24,7 +24,7 @@
 
 #include <cstdint>
 
-#include "gnmr/types.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 namespace cuda {

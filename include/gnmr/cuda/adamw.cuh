@@ -9,7 +9,7 @@
 // One 256-thread block per chunk of one tensor. The block reads its unit's
 // decision once: a skipped unit's blocks return before touching memory (so
 // a NaN gradient there reaches nothing, and costs no bandwidth); otherwise
-// every element runs gnmr::detail::adamw_element (gnmr/detail/adamw.hpp),
+// every element runs gnmr::detail::adamw_element (gnmr/plan/adamw_plan.hpp),
 // with 16-byte loads where the four arrays allow. The per-unit
 // bias-correction step lives on the device: every block derives the unit's
 // next state from the current one, and the unit's last block (integer
@@ -28,7 +28,7 @@
 
 #include "gnmr/cuda/accessors.cuh"
 #include "gnmr/cuda/common.cuh"
-#include "gnmr/detail/adamw.hpp"
+#include "gnmr/plan/adamw_plan.hpp"
 
 namespace gnmr {
 namespace cuda {
@@ -39,7 +39,7 @@ struct AdamWPlanOptions {
 
 class AdamWPlan {
  public:
-  using UnitState = gnmr::detail::AdamWUnitState;
+  using UnitState = gnmr::AdamWUnitState;
 
   AdamWPlan() = default;
   // Validates (std::invalid_argument), builds and uploads the chunk table and
@@ -189,7 +189,7 @@ template <int = 0>
 __global__ void __launch_bounds__(gnmr::detail::kAdamWThreads)
     adamw_kernel(const gnmr::detail::AdamWChunk* __restrict__ chunks, AdamWParams h,
                  const float* __restrict__ d_lr, const UnitDecision* __restrict__ dec,
-                 gnmr::detail::AdamWUnitState* ust, const std::uint32_t* __restrict__ unit_chunks,
+                 gnmr::AdamWUnitState* ust, const std::uint32_t* __restrict__ unit_chunks,
                  unsigned int* counters, const StepSummary* __restrict__ summary) {
   __shared__ int s_last;
   // A suggested global skip (GlobalSkip, Ladder's top rung) leaves every
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(gnmr::detail::kAdamWThreads)
   const UnitDecision d = dec ? decision(dec, c.unit) : UnitDecision{1.0f, 0u};
   if (d.flags & kSkip) return;  // the whole unit: nothing read, nothing written, state kept
   const float lr = d_lr ? *d_lr : h.lr;
-  const gnmr::detail::AdamWUnitState s1 = gnmr::detail::adamw_advance(h, ust[c.unit], d.flags);
+  const gnmr::AdamWUnitState s1 = gnmr::detail::adamw_advance(h, ust[c.unit], d.flags);
   const gnmr::detail::AdamWCoef k = gnmr::detail::chunk_coef(gnmr::detail::adamw_coef(h, lr, s1, d), c);
   const std::uintptr_t pmv = reinterpret_cast<std::uintptr_t>(c.p) | reinterpret_cast<std::uintptr_t>(c.m) |
                              reinterpret_cast<std::uintptr_t>(c.v);

@@ -4,7 +4,7 @@
 // accessors for a user's own optimizer kernel (accessors.cuh), the
 // sync-free telemetry drain (telemetry.cuh) and the step summary read on the
 // host without a sync (summary_ring.cuh). Include from .cu files compiled
-// by nvcc. (The NCCL reducer, nccl_reducer.cuh, needs nccl.h: include it
+// by nvcc. (The NCCL reducer, gnmr/comm/nccl.cuh, needs nccl.h: include it
 // on its own.)
 #pragma once
 
@@ -12,7 +12,7 @@
 #include "gnmr/cuda/adamw.cuh"
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/cuda/controller.cuh"
-#include "gnmr/cuda/norms.cuh"
+#include "gnmr/cuda/unit_norms.cuh"
 #include "gnmr/cuda/presets.cuh"
 #include "gnmr/cuda/summary_ring.cuh"
 #include "gnmr/cuda/telemetry.cuh"

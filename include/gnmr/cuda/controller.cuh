@@ -14,7 +14,7 @@
 // device arrays; read telemetry a step late with copy_summary_async() into
 // pinned memory, never with a blocking copy in the training loop.
 //
-// Same policies, same per-unit functors (gnmr/detail/step.hpp) and the same
+// Same policies, same per-unit functors (gnmr/step/step.hpp) and the same
 // selection order as GnmrController: given the same norms, the decisions,
 // flags, lock counters and summary are identical to the host backend's.
 // The optimizer reads each unit's decision (accessors.cuh) and, when the
@@ -24,7 +24,7 @@
 // decision is made in phase 1's last block, and its global state (the
 // tracker of the total norm) lives in device memory with the units
 // (global_state(), copy_global_state(); gnmr::save_state / load_state below
-// and in gnmr/state.hpp). Still two launches, no sync, no allocation.
+// and in gnmr/io/state.hpp). Still two launches, no sync, no allocation.
 // Two instances (or two steps of one instance) must not run concurrently on
 // different streams: they share the instance's scratch.
 #pragma once
@@ -37,14 +37,14 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/controller.hpp"
+#include "gnmr/host/controller.hpp"
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/cuda/controller_kernels.cuh"
 #include "gnmr/cuda/policy_check.cuh"
-#include "gnmr/detail/select.hpp"
-#include "gnmr/detail/step.hpp"
-#include "gnmr/state.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/step/select.hpp"
+#include "gnmr/step/step.hpp"
+#include "gnmr/io/state.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 namespace cuda {
@@ -308,7 +308,7 @@ class DeviceController {
 
 }  // namespace cuda
 
-// The state blob (gnmr/state.hpp) of the typed device controller: the same
+// The state blob (gnmr/io/state.hpp) of the typed device controller: the same
 // bytes as the host controller's for the same state (the blob is built from
 // one blocking copy of the unit and global states), so a checkpoint moves
 // between the backends. Checkpoint time only: it synchronises the device.

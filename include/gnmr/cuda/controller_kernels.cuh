@@ -10,7 +10,7 @@
 //           detail::total_sq_tree (double, in dynamic shared memory that
 //           is only requested then). The last block to finish (integer
 //           counter) turns the counts into a SelectRule by the radix select
-//           of gnmr/detail/select.hpp, sums the block sums by the same tree,
+//           of gnmr/step/select.hpp, sums the block sums by the same tree,
 //           and runs decide_systemic (the tracker of the total lives in
 //           device memory): a SystemicStep next to the rule.
 //   phase3: one thread per unit re-evaluates (pure), applies the rule and
@@ -35,9 +35,9 @@
 
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/cuda/total_tree.cuh"
-#include "gnmr/detail/select.hpp"
-#include "gnmr/detail/step.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/step/select.hpp"
+#include "gnmr/step/step.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 namespace cuda {
@@ -142,7 +142,7 @@ __device__ __forceinline__ std::uint32_t block_scan_u32(std::uint32_t x, std::ui
   return x + base;
 }
 
-// The radix select of gnmr/detail/select.hpp over `m` keys, by one block of
+// The radix select of gnmr/step/select.hpp over `m` keys, by one block of
 // 256 threads: per pass a shared histogram (warp-aggregated integer atomics),
 // a suffix count by scan, and the one digit that holds the need-th key.
 __device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std::uint64_t* keys,

@@ -2,7 +2,7 @@
 // policy set: every policy member the device step calls must be
 // GNMR_HOST_DEVICE, and every policy trivially copyable.
 //
-// Why a check of its own: the step's per-unit functors (detail/step.hpp) are
+// Why a check of its own: the step's per-unit functors (step/step.hpp) are
 // __host__ __device__ templates, and for a template nvcc only *warns* when
 // one calls a __host__ function (#20011-D), then the kernel fails at run
 // time. A __global__ function that calls a __host__ one is an error even in
@@ -12,14 +12,14 @@
 // __global__ function("...policy_members_need_GNMR_HOST_DEVICE<...>") is not
 // allowed", which names the member and what it lacks. (#pragma nv_diag_error
 // 20011 would not do: the pragma acts where the call is written, inside
-// detail/step.hpp, which a user may have included before any .cuh.)
+// step/step.hpp, which a user may have included before any .cuh.)
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
-#include "gnmr/detail/step.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/step/step.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 namespace cuda {

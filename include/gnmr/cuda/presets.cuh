@@ -6,12 +6,12 @@
 //   gnmr::cuda::adamw_step(opt, h, ctl->decisions(), stream, nullptr, ctl->summary());
 //
 // make_device() goes through the same table as presets::make()
-// (gnmr/preset_select.hpp): same names, same overrides, same checks, same
+// (gnmr/presets/table.hpp): same names, same overrides, same checks, same
 // policy values, so a run moved from the CPU to the GPU keeps its method.
 // DynDeviceController is the runtime-polymorphic face of every
 // DeviceController<...>; its step is the typed controller's (enqueue only,
 // no allocation, no synchronisation); the virtual call is once per step.
-// save()/load() use the host state blob (gnmr/state.hpp), so a checkpoint
+// save()/load() use the host state blob (gnmr/io/state.hpp), so a checkpoint
 // taken on the device loads into the host controller of the same preset and
 // back.
 //
@@ -29,12 +29,12 @@
 #include <utility>
 #include <vector>
 
-#include "gnmr/controller.hpp"
+#include "gnmr/host/controller.hpp"
 #include "gnmr/cuda/controller.cuh"
-#include "gnmr/dyn.hpp"
-#include "gnmr/preset_select.hpp"
-#include "gnmr/state.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/host/dyn_controller.hpp"
+#include "gnmr/presets/table.hpp"
+#include "gnmr/io/state.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 namespace cuda {

@@ -40,7 +40,7 @@
 
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/detail/ring.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 namespace cuda {

@@ -29,8 +29,8 @@
 #include <string>
 
 #include "gnmr/cuda/common.cuh"
-#include "gnmr/telemetry.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/io/telemetry.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 namespace cuda {

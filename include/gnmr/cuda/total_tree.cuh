@@ -1,5 +1,5 @@
 // gnmr/cuda/total_tree.cuh — the systemic global-clip's total norm on the
-// device: the fixed halving tree of gnmr/systemic.hpp's
+// device: the fixed halving tree of gnmr/step/systemic.hpp's
 // detail::total_sq_tree, per block of 256 units (phase 1) and over the
 // block sums (phase 1's last block), so the device sums the squares in
 // exactly the host's order (used by controller_kernels.cuh).
@@ -9,8 +9,8 @@
 
 #include <cstdint>
 
-#include "gnmr/config.hpp"
-#include "gnmr/detail/select.hpp"  // kSelectThreads: the controller kernels' block size
+#include "gnmr/core/math.hpp"
+#include "gnmr/step/select.hpp"  // kSelectThreads: the controller kernels' block size
 
 namespace gnmr {
 namespace cuda {
@@ -20,7 +20,7 @@ namespace detail {
 // (blockDim == 256); x[0] holds the sum after it. Every thread calls it.
 __device__ __forceinline__ void block_tree_256(double* x) {
   for (unsigned s = gnmr::detail::kSelectThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) x[threadIdx.x] = fm::dadd(x[threadIdx.x], x[threadIdx.x + s]);
+    if (threadIdx.x < s) x[threadIdx.x] = math::dadd(x[threadIdx.x], x[threadIdx.x + s]);
     __syncthreads();
   }
 }

@@ -1,5 +1,5 @@
 // gnmr/detail/fnv.hpp — FNV-1a 64-bit hash, for the state blob's policy
-// fingerprint and checksum (gnmr/state.hpp).
+// fingerprint and checksum (gnmr/io/state.hpp).
 //
 // Not cryptographic: it guards against truncation, bit rot and loading a
 // blob into the wrong controller, not against deliberate forgery. Each step

@@ -18,7 +18,7 @@
 #include <cstring>
 #include <system_error>
 
-#include "gnmr/config.hpp"
+#include "gnmr/core/math.hpp"
 
 namespace gnmr {
 namespace detail {

@@ -23,7 +23,7 @@
 #include <utility>
 
 #include "gnmr/policy/norm.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 namespace detail {

@@ -7,17 +7,17 @@
 // The current step's sample is never in mu (the controller pushes after the
 // verdict), spikes are fed clamped, non-finite norms are never pushed, and
 // neither are zero norms unless ControllerOptions::zero_is_sample is set.
-// Trackers with a variance (mean_var.hpp) also define stddev(s).
-// All arithmetic goes through gnmr::fm so host and device agree bit for bit.
+// Trackers with a variance (mean_peers.hpp) also define stddev(s).
+// All arithmetic goes through gnmr::math so host and device agree bit for bit.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
-#include "gnmr/config.hpp"
+#include "gnmr/core/math.hpp"
 #include "gnmr/detail/check.hpp"
-#include "gnmr/detail/numeric.hpp"
+#include "gnmr/core/numeric.hpp"
 
 namespace gnmr {
 
@@ -37,11 +37,11 @@ struct EmaMean {
   GNMR_HOST_DEVICE static std::uint32_t count(const State& s) { return s.k; }
   GNMR_HOST_DEVICE float mean(const State& s) const {
     if (s.k == 0) return 0.0f;
-    return fm::div(s.m, fm::sub(1.0f, s.beta_pow));
+    return math::div(s.m, math::sub(1.0f, s.beta_pow));
   }
   GNMR_HOST_DEVICE void push(State& s, float x) const {
-    s.m = fm::add(fm::mul(beta, s.m), fm::mul(fm::sub(1.0f, beta), x));
-    s.beta_pow = fm::mul(s.beta_pow, beta);
+    s.m = math::add(math::mul(beta, s.m), math::mul(math::sub(1.0f, beta), x));
+    s.beta_pow = math::mul(s.beta_pow, beta);
     s.k = detail::saturating_inc(s.k);
   }
   std::string check() const {
@@ -62,10 +62,10 @@ struct CumulativeMean {
   GNMR_HOST_DEVICE static std::uint32_t count(const State& s) { return s.k; }
   GNMR_HOST_DEVICE float mean(const State& s) const {
     if (s.k == 0) return 0.0f;
-    return static_cast<float>(fm::ddiv(s.sum, static_cast<double>(s.k)));
+    return static_cast<float>(math::ddiv(s.sum, static_cast<double>(s.k)));
   }
   GNMR_HOST_DEVICE void push(State& s, float x) const {
-    s.sum = fm::dadd(s.sum, static_cast<double>(x));
+    s.sum = math::dadd(s.sum, static_cast<double>(x));
     s.k = detail::saturating_inc(s.k);
   }
   std::string check() const { return {}; }
@@ -102,28 +102,28 @@ struct WindowMean {
     double acc = 0.0;
     for (std::uint32_t j = 0; j < n; ++j) {
       const float x = s.ring[detail::ring_oldest_first(s.head, w, n, j)];
-      acc = fm::dadd(acc, static_cast<double>(x));
+      acc = math::dadd(acc, static_cast<double>(x));
     }
     return acc;
   }
   GNMR_HOST_DEVICE float mean(const State& s) const {
     const std::uint32_t n = filled(s);
     if (n == 0) return 0.0f;
-    return static_cast<float>(fm::ddiv(sum(s), static_cast<double>(n)));
+    return static_cast<float>(math::ddiv(sum(s), static_cast<double>(n)));
   }
   GNMR_HOST_DEVICE float stddev(const State& s) const {
     const std::uint32_t n = filled(s);
     const std::uint32_t w = static_cast<std::uint32_t>(window);
     const std::uint32_t dof = bessel ? (n > 1 ? n - 1 : 0) : n;
     if (dof == 0) return 0.0f;
-    const double mu = fm::ddiv(sum(s), static_cast<double>(n));
+    const double mu = math::ddiv(sum(s), static_cast<double>(n));
     double ss = 0.0;
     for (std::uint32_t j = 0; j < n; ++j) {
       const float x = s.ring[detail::ring_oldest_first(s.head, w, n, j)];
       const double d = static_cast<double>(x) - mu;
-      ss = fm::dadd(ss, fm::dmul(d, d));
+      ss = math::dadd(ss, math::dmul(d, d));
     }
-    return fm::sqrt(static_cast<float>(fm::ddiv(ss, static_cast<double>(dof))));
+    return math::sqrt(static_cast<float>(math::ddiv(ss, static_cast<double>(dof))));
   }
   GNMR_HOST_DEVICE void push(State& s, float x) const {
     const std::uint32_t w = static_cast<std::uint32_t>(window);

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "gnmr/config.hpp"
+#include "gnmr/core/math.hpp"
 
 namespace gnmr {
 
@@ -21,10 +21,10 @@ struct L2Norm {
   static constexpr const char* kName = "l2";
   static constexpr Combine kCombine = Combine::kSum;
   GNMR_HOST_DEVICE static float identity() { return 0.0f; }
-  GNMR_HOST_DEVICE static float element(float x) { return fm::mul(x, x); }
-  GNMR_HOST_DEVICE static float combine(float a, float b) { return fm::add(a, b); }
+  GNMR_HOST_DEVICE static float element(float x) { return math::mul(x, x); }
+  GNMR_HOST_DEVICE static float combine(float a, float b) { return math::add(a, b); }
   GNMR_HOST_DEVICE static float finish(float partial, double /*numel*/) {
-    return fm::sqrt(partial);
+    return math::sqrt(partial);
   }
   std::string check() const { return {}; }
 };
@@ -34,12 +34,12 @@ struct RmsNorm {
   static constexpr const char* kName = "rms";
   static constexpr Combine kCombine = Combine::kSum;
   GNMR_HOST_DEVICE static float identity() { return 0.0f; }
-  GNMR_HOST_DEVICE static float element(float x) { return fm::mul(x, x); }
-  GNMR_HOST_DEVICE static float combine(float a, float b) { return fm::add(a, b); }
+  GNMR_HOST_DEVICE static float element(float x) { return math::mul(x, x); }
+  GNMR_HOST_DEVICE static float combine(float a, float b) { return math::add(a, b); }
   GNMR_HOST_DEVICE static float finish(float partial, double numel) {
     // The division is done in double then rounded once, identical on host and
     // device; numel = 0 is rejected when unit sizes are set.
-    return fm::sqrt(static_cast<float>(fm::ddiv(static_cast<double>(partial), numel)));
+    return math::sqrt(static_cast<float>(math::ddiv(static_cast<double>(partial), numel)));
   }
   std::string check() const { return {}; }
 };
@@ -50,7 +50,7 @@ struct LinfNorm {
   static constexpr Combine kCombine = Combine::kMax;
   GNMR_HOST_DEVICE static float identity() { return 0.0f; }
   GNMR_HOST_DEVICE static float element(float x) { return x < 0.0f ? -x : x; }
-  GNMR_HOST_DEVICE static float combine(float a, float b) { return fm::max_nan(a, b); }
+  GNMR_HOST_DEVICE static float combine(float a, float b) { return math::max_nan(a, b); }
   GNMR_HOST_DEVICE static float finish(float partial, double /*numel*/) { return partial; }
   std::string check() const { return {}; }
 };

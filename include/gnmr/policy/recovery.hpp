@@ -14,18 +14,18 @@
 #include <cstdint>
 #include <string>
 
-#include "gnmr/config.hpp"
+#include "gnmr/core/math.hpp"
 #include "gnmr/detail/check.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 
 namespace detail {
 // scale = min(1, target / (n + eps)); n = 0 or a non-positive denominator keeps 1.
 GNMR_HOST_DEVICE float clip_scale(float norm, float target, float eps) {
-  const float den = fm::add(norm, eps);
+  const float den = math::add(norm, eps);
   if (!(den > 0.0f)) return 1.0f;
-  return fm::min(1.0f, fm::div(target, den));
+  return math::min(1.0f, math::div(target, den));
 }
 GNMR_HOST_DEVICE void set_skip(UnitDecision& d) {
   d.flags |= kSkip;
@@ -41,7 +41,7 @@ struct ClipToMean {
   GNMR_HOST_DEVICE static State init() { return State{}; }
   GNMR_HOST_DEVICE void apply(State&, const UnitView& v, UnitDecision& d,
                               std::uint32_t&) const {
-    if (v.flags & kInRecovery) d.scale = detail::clip_scale(v.norm, fm::mul(kappa, v.mean), 0.0f);
+    if (v.flags & kInRecovery) d.scale = detail::clip_scale(v.norm, math::mul(kappa, v.mean), 0.0f);
   }
   std::string check() const { return detail::positive("ClipToMean", "kappa", kappa); }
 };

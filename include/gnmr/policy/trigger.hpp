@@ -13,10 +13,10 @@
 #include <cstdint>
 #include <string>
 
-#include "gnmr/config.hpp"
+#include "gnmr/core/math.hpp"
 #include "gnmr/detail/check.hpp"
-#include "gnmr/detail/numeric.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/core/numeric.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 
@@ -48,32 +48,32 @@ struct GnmrTriggerT {
     const std::uint32_t n = s.n < w ? s.n : w;
     float acc = 0.0f;
     for (std::uint32_t j = 0; j < n; ++j)
-      acc = fm::add(acc, s.ring[detail::ring_oldest_first(s.head, w, n, j)]);
-    return n ? fm::div(acc, static_cast<float>(n)) : 0.0f;
+      acc = math::add(acc, s.ring[detail::ring_oldest_first(s.head, w, n, j)]);
+    return n ? math::div(acc, static_cast<float>(n)) : 0.0f;
   }
 
   GNMR_HOST_DEVICE void evaluate(const State& s, UnitView& v) const {
     v.delta = 0.0f;
     v.risk = 0.0f;
-    v.target = fm::mul(tau, v.mean);
+    v.target = math::mul(tau, v.mean);
     if (v.count == 0) {
       v.flags |= kWarmup;
       return;
     }
-    if (s.n > 0) v.delta = fm::sub(v.ratio, history_mean(s));
+    if (s.n > 0) v.delta = math::sub(v.ratio, history_mean(s));
     if (v.count < warmup) {
       v.flags |= kWarmup;
       return;
     }
     // A threshold at +inf is off: its term is 0, not r/inf, which is NaN for
     // r = +inf (n near FLT_MAX over a tiny mean) and would sink the risk.
-    const float a = tau < inf_f() ? fm::div(v.ratio, tau) : 0.0f;
-    const float b = delta < inf_f() ? fm::div(v.delta, delta) : 0.0f;
-    v.risk = fm::max(fm::max(a, b), 0.0f);
+    const float a = tau < inf_f() ? math::div(v.ratio, tau) : 0.0f;
+    const float b = delta < inf_f() ? math::div(v.delta, delta) : 0.0f;
+    v.risk = math::max(math::max(a, b), 0.0f);
     if (v.ratio > tau || v.delta > delta) v.flags |= kTriggered;
   }
   GNMR_HOST_DEVICE float feed(const UnitView& v) const {
-    return (clamp_feed && (v.flags & kTriggered)) ? fm::min(v.norm, v.target) : v.norm;
+    return (clamp_feed && (v.flags & kTriggered)) ? math::min(v.norm, v.target) : v.norm;
   }
   GNMR_HOST_DEVICE void update(State& s, const UnitView& v) const {
     if (v.count == 0) return;  // r undefined this step
@@ -81,7 +81,7 @@ struct GnmrTriggerT {
     // A finite norm can still give r = +inf (n near FLT_MAX over a small
     // mean); keep the history finite (the soak test checks it) — FLT_MAX
     // gives the same verdicts, d is hugely negative either way.
-    detail::ring_push(s.ring, s.head, w, fm::min(v.ratio, 3.40282347e+38f));
+    detail::ring_push(s.ring, s.head, w, math::min(v.ratio, 3.40282347e+38f));
     s.n = s.n < w ? s.n + 1 : w;
   }
   std::string check() const {
@@ -109,8 +109,8 @@ struct FixedThreshold {
   GNMR_HOST_DEVICE void evaluate(const State&, UnitView& v) const {
     v.delta = 0.0f;
     v.target = max_norm;
-    v.risk = fm::div(v.norm, max_norm);
-    if (fm::div(max_norm, fm::add(v.norm, eps)) < 1.0f) v.flags |= kTriggered;
+    v.risk = math::div(v.norm, max_norm);
+    if (math::div(max_norm, math::add(v.norm, eps)) < 1.0f) v.flags |= kTriggered;
   }
   GNMR_HOST_DEVICE float feed(const UnitView& v) const { return v.norm; }
   GNMR_HOST_DEVICE void update(State&, const UnitView&) const {}

@@ -5,9 +5,9 @@
 #include <stdexcept>
 #include <utility>
 
-#include "gnmr/host/norms.hpp"
-#include "gnmr/presets.hpp"
-#include "gnmr/state.hpp"
+#include "gnmr/host/unit_norms.hpp"
+#include "gnmr/presets/make.hpp"
+#include "gnmr/io/state.hpp"
 
 namespace gnmr_py {
 
@@ -103,26 +103,20 @@ void CudaCore::load(const std::string& blob) {
 
 // ----------------------------------------------------------------- HostAdamW ----
 HostAdamW::HostAdamW(AdamWTable table, std::size_t num_units)
-    : table_(std::move(table)), states_(num_units, gnmr::detail::adamw_unit_init()) {}
+    : table_(std::move(table)), opt_(num_units) {}
 
 void HostAdamW::prepare() {
   if (!table_.gather()) return;
   const auto& t = table_.tensors();
-  layout_ = gnmr::detail::build_adamw_layout(t.data(), t.size(), states_.size());
+  opt_.set_tensors(t.data(), t.size());
   table_.commit();
 }
 
 void HostAdamW::step(const HostCore& ctl, const gnmr::AdamWParams& h) {
   if (table_.tensors().empty()) return;
-  const std::string bad = h.check();
-  if (!bad.empty()) throw std::invalid_argument(bad);
-  gnmr::detail::emulate_adamw_step(layout_, h, h.lr, ctl.decisions().data(), states_, ctl.summary().skip_step != 0);
+  opt_.step(h, h.lr, ctl.decisions().data(), ctl.summary().skip_step != 0);
 }
 
-void HostAdamW::set_states(const AdamWStates& s) {
-  if (s.size() != states_.size()) throw std::invalid_argument("gnmr: AdamW: one state per unit expected");
-  states_ = s;
-}
 
 // ----------------------------------------------------------------- CudaAdamW ----
 CudaAdamW::CudaAdamW(AdamWTable table, std::size_t num_units, int device)

@@ -6,8 +6,8 @@
 // The library is the single implementation: HostCore is
 // gnmr::presets::make + host_unit_partials + EventLog/TraceWriter, CudaCore
 // is the glue of device.hpp (NormPlan + make_device + TelemetryDrain), the
-// AdamWs are gnmr::detail::emulate_adamw_step (the host replay of the CUDA
-// kernel, bit for bit) and gnmr::cuda::adamw_step. The cores add only what
+// AdamWs are gnmr::HostAdamW (the same update as the CUDA kernel, bit for
+// bit) and gnmr::cuda::adamw_step. The cores add only what
 // torch needs: reading .grad in place, re-planning when a gradient buffer
 // moved, and applying host decisions to the gradients.
 //
@@ -25,16 +25,17 @@
 #include <vector>
 
 #include "device.hpp"
-#include "gnmr/detail/adamw.hpp"
-#include "gnmr/dyn.hpp"
-#include "gnmr/preset_select.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/host/adamw.hpp"
+#include "gnmr/plan/adamw_plan.hpp"
+#include "gnmr/host/dyn_controller.hpp"
+#include "gnmr/presets/table.hpp"
+#include "gnmr/core/types.hpp"
 #include "logs.hpp"
 #include "tables.hpp"
 
 namespace gnmr_py {
 
-using AdamWStates = std::vector<gnmr::detail::AdamWUnitState>;
+using AdamWStates = std::vector<gnmr::AdamWUnitState>;
 
 // Refuses a blob whose step count is behind an open trace (its rows must
 // keep increasing): checked before the controller is touched.
@@ -102,13 +103,12 @@ class HostAdamW {
   HostAdamW(AdamWTable table, std::size_t num_units);
   void prepare();  // gathers and checks; rebuilds the layout if it moved
   void step(const HostCore& ctl, const gnmr::AdamWParams& h);
-  const AdamWStates& states() const { return states_; }
-  void set_states(const AdamWStates& s);
+  const AdamWStates& states() const { return opt_.unit_states(); }
+  void set_states(const AdamWStates& s) { opt_.set_unit_states(s); }
 
  private:
   AdamWTable table_;
-  gnmr::detail::AdamWLayout layout_;
-  AdamWStates states_;
+  gnmr::HostAdamW opt_;
 };
 
 class CudaAdamW {

@@ -22,7 +22,7 @@
 
 #include "gnmr/cuda/adamw.cuh"
 #include "gnmr/cuda/common.cuh"
-#include "gnmr/cuda/norms.cuh"
+#include "gnmr/cuda/unit_norms.cuh"
 #include "gnmr/cuda/presets.cuh"
 #include "gnmr/cuda/telemetry.cuh"
 #include "drains.cuh"
@@ -292,7 +292,7 @@ struct DeviceAdamW::Impl {
 };
 
 DeviceAdamW::DeviceAdamW(const std::vector<gnmr::AdamWTensor>& tensors, std::size_t num_units, int device,
-                         const std::vector<gnmr::detail::AdamWUnitState>& states)
+                         const std::vector<gnmr::AdamWUnitState>& states)
     : impl_(new Impl) {
   impl_->device = device;
   DeviceGuard g(device);
@@ -309,12 +309,12 @@ void DeviceAdamW::step(const gnmr::AdamWParams& h, const float* d_lr, const gnmr
         "gnmr: AdamW step");
 }
 
-std::vector<gnmr::detail::AdamWUnitState> DeviceAdamW::states() const {
+std::vector<gnmr::AdamWUnitState> DeviceAdamW::states() const {
   DeviceGuard g(impl_->device);
   return impl_->plan->copy_unit_states();
 }
 
-void DeviceAdamW::set_states(const std::vector<gnmr::detail::AdamWUnitState>& states) {
+void DeviceAdamW::set_states(const std::vector<gnmr::AdamWUnitState>& states) {
   DeviceGuard g(impl_->device);
   impl_->plan->restore_unit_states(states);
 }

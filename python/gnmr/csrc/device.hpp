@@ -30,10 +30,10 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/detail/adamw.hpp"
-#include "gnmr/host/norms.hpp"
-#include "gnmr/preset_select.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/plan/adamw_plan.hpp"
+#include "gnmr/host/unit_norms.hpp"
+#include "gnmr/presets/table.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace gnmr_py {
 
@@ -112,7 +112,7 @@ class DeviceController {
 class DeviceAdamW {
  public:
   DeviceAdamW(const std::vector<gnmr::AdamWTensor>& tensors, std::size_t num_units, int device,
-              const std::vector<gnmr::detail::AdamWUnitState>& states);
+              const std::vector<gnmr::AdamWUnitState>& states);
   ~DeviceAdamW();
   DeviceAdamW(const DeviceAdamW&) = delete;
   DeviceAdamW& operator=(const DeviceAdamW&) = delete;
@@ -121,8 +121,8 @@ class DeviceAdamW {
   void step(const gnmr::AdamWParams& h, const float* d_lr, const gnmr::UnitDecision* decisions,
             const gnmr::StepSummary* summary, std::uintptr_t stream);
   // Per-unit bias-correction state (blocking copy / synchronous upload).
-  std::vector<gnmr::detail::AdamWUnitState> states() const;
-  void set_states(const std::vector<gnmr::detail::AdamWUnitState>& states);
+  std::vector<gnmr::AdamWUnitState> states() const;
+  void set_states(const std::vector<gnmr::AdamWUnitState>& states);
 
  private:
   struct Impl;

@@ -59,7 +59,7 @@ std::uint64_t DeviceController::events_dropped() const { no_cuda(); }
 
 struct DeviceAdamW::Impl {};
 DeviceAdamW::DeviceAdamW(const std::vector<gnmr::AdamWTensor>&, std::size_t, int,
-                         const std::vector<gnmr::detail::AdamWUnitState>&) {
+                         const std::vector<gnmr::AdamWUnitState>&) {
   no_cuda();
 }
 DeviceAdamW::~DeviceAdamW() = default;
@@ -67,7 +67,7 @@ void DeviceAdamW::step(const gnmr::AdamWParams&, const float*, const gnmr::UnitD
                        const gnmr::StepSummary*, std::uintptr_t) {
   no_cuda();
 }
-std::vector<gnmr::detail::AdamWUnitState> DeviceAdamW::states() const { no_cuda(); }
-void DeviceAdamW::set_states(const std::vector<gnmr::detail::AdamWUnitState>&) { no_cuda(); }
+std::vector<gnmr::AdamWUnitState> DeviceAdamW::states() const { no_cuda(); }
+void DeviceAdamW::set_states(const std::vector<gnmr::AdamWUnitState>&) { no_cuda(); }
 
 }  // namespace gnmr_py

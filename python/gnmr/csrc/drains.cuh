@@ -15,7 +15,7 @@
 
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/cuda/presets.cuh"
-#include "gnmr/types.hpp"
+#include "gnmr/core/types.hpp"
 #include "logs.hpp"
 
 namespace gnmr_py {

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "cores.hpp"
-#include "gnmr/presets.hpp"
-#include "gnmr/state.hpp"
-#include "gnmr/trace.hpp"
+#include "gnmr/presets/make.hpp"
+#include "gnmr/io/state.hpp"
+#include "gnmr/io/trace.hpp"
 
 namespace py = pybind11;
 using namespace gnmr_py;
@@ -192,7 +192,7 @@ AdamWStates states_from(const std::vector<std::tuple<std::int64_t, double, doubl
   AdamWStates s;
   s.reserve(l.size());
   for (const auto& t : l) {
-    gnmr::detail::AdamWUnitState u;
+    gnmr::AdamWUnitState u;
     u.step = std::get<0>(t);
     u.beta1_pow = std::get<1>(t);
     u.beta2_pow = std::get<2>(t);

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/detail/adamw.hpp"
-#include "gnmr/host/norms.hpp"
-#include "gnmr/types.hpp"
+#include "gnmr/plan/adamw_plan.hpp"
+#include "gnmr/host/unit_norms.hpp"
+#include "gnmr/core/types.hpp"
 
 namespace gnmr_py {
 

@@ -1,0 +1,122 @@
+// gnmr/host/dyn_controller.hpp — DynController: one runtime-polymorphic face for every
+// controller type.
+//
+// GnmrController is a template over five policies, which is what lets the
+// CUDA kernels inline them; a framework binding, a CLI or a replay tool
+// instead wants to pick a method by name at run time (gnmr::presets::make)
+// and hold it behind one pointer. DynAdapter<C> wraps any GnmrController
+// instantiation behind that interface. The virtual call costs one indirect
+// call per *step*, not per unit, so it is free next to the step itself.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gnmr/io/state.hpp"
+#include "gnmr/core/types.hpp"
+
+namespace gnmr {
+
+class DynController {
+ public:
+  virtual ~DynController() = default;
+
+  // One step from per-unit partials (the NormPolicy's sum of squares / max).
+  virtual const StepSummary& step(const float* partials, std::size_t n) = 0;
+  // One step from finished norms, one per unit.
+  virtual const StepSummary& step_norms(const float* norms, std::size_t n) = 0;
+  const StepSummary& step(const std::vector<float>& partials) {
+    return step(partials.data(), partials.size());
+  }
+  const StepSummary& step_norms(const std::vector<float>& norms) {
+    return step_norms(norms.data(), norms.size());
+  }
+
+  virtual const std::vector<UnitDecision>& decisions() const = 0;
+  virtual const std::vector<UnitReport>& reports() const = 0;
+  virtual const StepSummary& summary() const = 0;
+  // The units with kPromote this step, ascending (GnmrController::promoted_units).
+  virtual const std::vector<std::uint32_t>& promoted_units() const = 0;
+  virtual std::size_t num_units() const = 0;
+  virtual std::int64_t steps_done() const = 0;
+  // The preset name for make()'s products; the policy names otherwise
+  // ("l2/ema/gnmr/clip_to_mean/maxo").
+  virtual std::string name() const = 0;
+  // The budget's slot count: how many units may be in recovery at once
+  // (0xffffffff for an unlimited budget).
+  virtual std::uint32_t max_in_recovery() const = 0;
+
+  // Versioned state blob (gnmr/io/state.hpp). load() throws gnmr::StateError
+  // on a truncated, corrupted or mismatched blob and then changes nothing.
+  virtual std::vector<std::uint8_t> save() const = 0;
+  virtual void load(const void* data, std::size_t size, const StateLoadOptions& opt) = 0;
+  void load(const void* data, std::size_t size) { load(data, size, StateLoadOptions{}); }
+  void load(const std::vector<std::uint8_t>& blob, const StateLoadOptions& opt = {}) {
+    load(blob.data(), blob.size(), opt);
+  }
+
+  // Element count per unit (RmsNorm needs it; other norms ignore it).
+  virtual void set_unit_numel(const std::uint64_t* numel, std::size_t n) = 0;
+  void set_unit_numel(const std::vector<std::uint64_t>& numel) {
+    set_unit_numel(numel.data(), numel.size());
+  }
+  // Back to the state at construction (unit sizes are kept).
+  virtual void reset() = 0;
+};
+
+// Any GnmrController behind the DynController interface.
+template <class C>
+class DynAdapter final : public DynController {
+ public:
+  explicit DynAdapter(C controller,
+                      std::string name = policy_names<typename C::Policies>())
+      : c_(std::move(controller)), name_(std::move(name)) {}
+
+  using DynController::load;
+  using DynController::set_unit_numel;
+  using DynController::step;
+  using DynController::step_norms;
+
+  const StepSummary& step(const float* partials, std::size_t n) override {
+    return c_.step(partials, n);
+  }
+  const StepSummary& step_norms(const float* norms, std::size_t n) override {
+    return c_.step_norms(norms, n);
+  }
+  const std::vector<UnitDecision>& decisions() const override { return c_.decisions(); }
+  const std::vector<UnitReport>& reports() const override { return c_.reports(); }
+  const StepSummary& summary() const override { return c_.summary(); }
+  const std::vector<std::uint32_t>& promoted_units() const override { return c_.promoted_units(); }
+  std::size_t num_units() const override { return c_.num_units(); }
+  std::int64_t steps_done() const override { return c_.steps_done(); }
+  std::string name() const override { return name_; }
+  std::uint32_t max_in_recovery() const override { return c_.policies().budget.slots(); }
+  std::vector<std::uint8_t> save() const override { return save_state(c_); }
+  void load(const void* data, std::size_t size, const StateLoadOptions& opt) override {
+    load_state(c_, data, size, opt);
+  }
+  void set_unit_numel(const std::uint64_t* numel, std::size_t n) override {
+    c_.set_unit_numel(numel, n);
+  }
+  void reset() override { c_.reset(); }
+
+  // The typed controller, for code that knows what it holds.
+  C& controller() { return c_; }
+  const C& controller() const { return c_; }
+
+ private:
+  C c_;
+  std::string name_;
+};
+
+template <class C>
+std::unique_ptr<DynController> make_dyn(C controller, std::string name = {}) {
+  if (name.empty()) name = policy_names<typename C::Policies>();
+  return std::unique_ptr<DynController>(new DynAdapter<C>(std::move(controller), std::move(name)));
+}
+
+}  // namespace gnmr

@@ -1,0 +1,35 @@
+// gnmr/presets/make.hpp — the peers' methods (and GNMR) by name, on the host.
+//
+// Two ways in: the typed aliases and factories of gnmr/presets/typed.hpp
+// (zero overhead), or presets::make(name, units, options), which returns a
+// DynController for code that picks a method at run time. The names, the
+// overrides each preset accepts and their checks are in
+// gnmr/presets/table.hpp; the CUDA counterpart of make() is
+// gnmr::cuda::make_device (gnmr/cuda/presets.cuh). Presets whose rule is
+// global (clip, zclip, skip-step) are meant for ONE unit: sum the per-tensor
+// L2 partials into unit 0 (is_global() tells).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "gnmr/host/dyn_controller.hpp"
+#include "gnmr/presets/table.hpp"
+#include "gnmr/presets/typed.hpp"
+
+namespace gnmr {
+namespace presets {
+
+// A controller for `name` with the peer's published defaults, changed by the
+// overrides in `o`, behind the DynController interface. Throws
+// std::invalid_argument for an unknown name, an override the preset has no
+// use for, or a value its policies reject.
+inline std::unique_ptr<DynController> make(const std::string& name, std::size_t num_units,
+                                           const Options& o = {}) {
+  return with_preset(name, num_units, o, [&name](auto c) { return make_dyn(std::move(c), name); });
+}
+
+}  // namespace presets
+}  // namespace gnmr

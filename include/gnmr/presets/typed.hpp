@@ -1,0 +1,239 @@
+// gnmr/presets/typed.hpp — the peers' methods as typed controllers.
+//
+// The peers: global clipping (torch clip_grad_norm_), ZClip, AdaGC, SPAM,
+// skip-step (OLMo-core) and GradientStabilizer (Stable-SPAM's AdaGN) are
+// each a choice of the five policies, with the peer's published defaults
+// (docs/presets.md, Peers (b)); tests/unit/test_presets.cpp and test_presets_more.cpp
+// check every one against an independent double-precision reimplementation
+// of the peer's rule (tests/unit/presets_ref.hpp). What a preset
+// deliberately does differently (the current sample is never in its own
+// statistic, non-finite norms are skipped rather than propagated, ...) is in
+// docs/presets.md.
+//
+// These aliases and factories cost nothing at run time and are what a CUDA
+// kernel instantiates (gnmr::cuda::DeviceController<...> takes the same
+// policies). Selection by name is in gnmr/presets/table.hpp and
+// gnmr/presets/make.hpp. Presets whose rule is global (clip, zclip, skip-step)
+// are meant for ONE unit: sum the per-tensor L2 partials into unit 0.
+#pragma once
+
+#include <cfloat>
+#include <cstddef>
+#include <cstdint>
+
+#include "gnmr/host/controller.hpp"
+#include "gnmr/policy/budget.hpp"
+#include "gnmr/policy/recovery_ladder.hpp"
+#include "gnmr/policy/mean.hpp"
+#include "gnmr/policy/mean_peers.hpp"
+#include "gnmr/policy/norm.hpp"
+#include "gnmr/policy/recovery.hpp"
+#include "gnmr/policy/recovery_norm_replace.hpp"
+#include "gnmr/policy/trigger.hpp"
+#include "gnmr/policy/trigger_zscore.hpp"
+
+namespace gnmr {
+namespace presets {
+
+// ---------------------------------------------------------------- types ----
+// Never acts on a finite norm (a fixed threshold at the largest float), but
+// a non-finite unit is still skipped: the safety action holds for every preset.
+using PassThrough = GnmrController<L2Norm, NoMean, FixedThreshold, ClipToTarget, Unlimited>;
+// torch.nn.utils.clip_grad_norm_: scale = min(1, max_norm / (n + 1e-6)).
+using GlobalClip = GnmrController<L2Norm, NoMean, FixedThreshold, ClipToTarget, Unlimited>;
+// ZClip (bluorion-com/ZClip zclip/zclip.py).
+using ZClip = GnmrController<L2Norm, EmaMeanVar, ZScoreTrigger, ClipToTarget, Unlimited>;
+// AdaGC, per-tensor mode (lishuai-97/AdaGC megatron-gpt2.patch, class AdaGC).
+using AdaGC = GnmrController<L2Norm, MinSeededEma, GnmrTrigger, ClipToTarget, Unlimited>;
+// SPAM's spike rule at unit granularity (TianjinYellow/SPAM-Optimizer SPAM.py).
+using Spam =
+    GnmrController<L2Norm, EmaSquareMean, GnmrTrigger, Compose<ClipToTarget, ResetMoments>, Unlimited>;
+// OLMo-core SkipStepOptimizer (optim/skip_step_optimizer.py).
+using SkipStep = GnmrController<L2Norm, WindowMean<128>, ZScoreTrigger, GlobalSkip, Unlimited>;
+// Stable-SPAM's AdaGN ("GradientStabilizer", galore_torch/stablespam.py).
+using Stabilizer = GnmrController<L2Norm, NoMean, AlwaysTrigger, NormReplace, Unlimited>;
+// GNMR with the escalation ladder (the preset "gnmr" itself is below, after
+// GnmrWith: it is GNMR's signal with clip + promotion and the systemic rule).
+using GnmrLadder = GnmrController<L2Norm, EmaMean, GnmrTrigger, Ladder, MaxO>;
+
+// GNMR's signal (L2, EMA, GnmrTrigger, MaxO) with the recovery action as the
+// one parameter, on either backend: GnmrWith<R> is the host controller,
+// GnmrWith<R, gnmr::cuda::DeviceController> the device one. The benchmark's
+// arms (promotion against clipping driven by the same signal,
+// docs/algorithm.md, Promotion: prior art) differ in R alone, so each is
+// one line.
+template <class Recovery,
+          template <class, class, class, class, class> class Controller = GnmrController>
+using GnmrWith = Controller<L2Norm, EmaMean, GnmrTrigger, Recovery, MaxO>;
+// Recovery actions: clip the current step's gradient to kappa * mu and send
+// the unit to the higher-precision path for the lock (docs/algorithm.md,
+// Precision promotion).
+using ClipAndPromote = Compose<ClipToMean, PromotePrecision>;
+using GnmrPromote = GnmrWith<ClipAndPromote>;         // preset "gnmr-promote"
+using GnmrPromoteOnly = GnmrWith<PromotePrecision>;   // promotion, gradient untouched
+using GnmrClip = GnmrWith<ClipToMean>;                // preset "gnmr-clip" (= GnmrController<>)
+// The preset "gnmr": GNMR as the stability benchmark chose it on its
+// development seeds (docs/stability.md, "Choosing the defaults"): clip to
+// kappa * mu and promote for the lock (the type of gnmr-promote), with the
+// systemic rule on (gnmr_systemic_rule()) and denied units clipped to their
+// mean (gnmr_denied_rule()). GnmrController<> keeps the clip
+// alone in its Recovery slot: it is the policies' defaults, gnmr-clip.
+using Gnmr = GnmrPromote;
+
+// The systemic rule of the presets "gnmr" and "gnmr-systemic", and the
+// denied-unit rule of "gnmr" (docs/stability.md, "Choosing the defaults").
+inline SystemicRule gnmr_systemic_rule() { return SystemicRule{SystemicAction::kClipTriggered}; }
+inline DeniedRule gnmr_denied_rule() { return DeniedRule{DeniedAction::kClip, 1.0f}; }
+
+// ------------------------------------------------ published parameters ----
+// Field names follow the peer's own arguments so a user can copy a config.
+struct TorchClipParams {
+  float max_norm = 1.0f;
+  float eps = 1e-6f;  // torch adds it to the norm: max_norm / (n + eps)
+};
+struct ZClipParams {
+  float alpha = 0.97f;
+  float z_thresh = 2.5f;
+  std::uint32_t warmup_steps = 25;
+  float max_grad_norm = 1.0f;  // +inf for ZClip's None
+  float eps = 1e-6f;
+  ZScoreTrigger::Clip clip_option = ZScoreTrigger::Clip::kAdaptive;
+  float clip_factor = 1.0f;
+};
+struct AdaGCParams {
+  float clip_ratio = 1.04f;
+  float beta = 0.99f;
+  float eps = 1e-6f;
+  std::uint32_t start_clip_steps = 100;
+};
+struct SpamParams {
+  float threshold = 5000.0f;  // theta: a spike is n^2 > theta * v
+  float beta2 = 0.999f;
+  // SPAM checks from its grad_accu_steps-th step on (current_step >= 20),
+  // i.e. once grad_accu_steps - 1 samples are in v.
+  std::uint32_t grad_accu_steps = 20;
+};
+struct SkipStepParams {
+  int rolling_interval_length = 128;  // at most 128 (WindowMean<128>)
+  float sigma_factor = 6.0f;
+  // OLMo-core decides once max(20, len/2) values, the current one included,
+  // are in its list: max(20, len/2) - 1 earlier samples. 0 = that rule.
+  std::uint32_t warmup = 0;
+  // Feed the z threshold on a skipped step (our rule); false = OLMo-core's
+  // raw feed.
+  bool clamp_feed = true;
+};
+struct StabilizerParams {
+  float gamma1 = 0.7f;
+  float gamma2 = 0.9f;
+  float eps = 1e-8f;
+};
+
+// ----------------------------------------------------------- factories ----
+inline PassThrough pass_through(std::size_t num_units) {
+  return PassThrough(num_units, {}, {}, FixedThreshold{FLT_MAX, 0.0f}, ClipToTarget{0.0f},
+                     Unlimited{1, 0});
+}
+
+inline GlobalClip global_clip(std::size_t num_units = 1, const TorchClipParams& p = {}) {
+  return GlobalClip(num_units, {}, {}, FixedThreshold{p.max_norm, p.eps}, ClipToTarget{p.eps},
+                    Unlimited{1, 0});
+}
+
+inline ZClip zclip(std::size_t num_units = 1, const ZClipParams& p = {}) {
+  ZScoreTrigger t;
+  t.z = p.z_thresh;
+  t.warmup = p.warmup_steps;
+  t.eps = p.eps;
+  t.max_norm = p.max_grad_norm;
+  t.clip = p.clip_option;
+  t.clip_factor = p.clip_factor;
+  t.clamp_feed = true;  // ZClip feeds its clip value to the EMA
+  return ZClip(num_units, {}, EmaMeanVar{p.alpha, p.warmup_steps}, t,
+               ClipToTarget{1e-6f},  // ZClip's apply_in_place_clipping adds 1e-6
+               Unlimited{1, 0});
+}
+
+inline AdaGC adagc(std::size_t num_units, const AdaGCParams& p = {}) {
+  GnmrTrigger t;
+  t.tau = p.clip_ratio;
+  t.delta = inf_f();
+  t.warmup = p.start_clip_steps;
+  t.clamp_feed = true;  // the EMA follows the clipped norm, clip_ratio * EMA
+  return AdaGC(num_units, {}, MinSeededEma{p.beta, p.start_clip_steps}, t, ClipToTarget{p.eps},
+               Unlimited{1, 0});
+}
+
+inline Spam spam(std::size_t num_units, const SpamParams& p = {}) {
+  GnmrTrigger t;
+  t.tau = math::sqrt(p.threshold);  // n / sqrt(v) > sqrt(theta)  <=>  n^2 > theta v
+  t.delta = inf_f();
+  t.warmup = p.grad_accu_steps > 0 ? p.grad_accu_steps - 1 : 0;
+  t.clamp_feed = true;  // v follows the clipped value sqrt(theta v)
+  using R = Compose<ClipToTarget, ResetMoments>;
+  return Spam(num_units, {}, EmaSquareMean{p.beta2}, t, R{ClipToTarget{0.0f}, {ResetMoments{}}},
+              Unlimited{1, 0});
+}
+
+inline std::uint32_t skip_step_warmup(int rolling_interval_length) {
+  const int gate = rolling_interval_length / 2 > 20 ? rolling_interval_length / 2 : 20;
+  return static_cast<std::uint32_t>(gate - 1);
+}
+
+inline SkipStep skip_step(std::size_t num_units = 1, const SkipStepParams& p = {}) {
+  ZScoreTrigger t;
+  t.feed_rule = ZScoreTrigger::Feed::kThreshold;  // the step is skipped: no clip value
+  t.z = p.sigma_factor;
+  t.warmup = p.warmup != 0 ? p.warmup : skip_step_warmup(p.rolling_interval_length);
+  t.eps = 0.0f;  // OLMo-core: (x - mean) <= sigma_factor * std
+  t.max_norm = inf_f();
+  t.clamp_feed = p.clamp_feed;
+  WindowMean<128> w;
+  w.window = p.rolling_interval_length;
+  w.bessel = true;  // torch.std_mean is unbiased by default
+  return SkipStep(num_units, {}, w, t, GlobalSkip{}, Unlimited{1, 0});
+}
+
+inline Stabilizer stabilizer(std::size_t num_units, const StabilizerParams& p = {}) {
+  // AdaGN advances its statistics on every step, zero norms included.
+  ControllerOptions opt;
+  opt.zero_is_sample = true;
+  return Stabilizer(num_units, {}, {}, AlwaysTrigger{}, NormReplace{p.gamma1, p.gamma2, p.eps},
+                    Unlimited{1, 0}, opt);
+}
+
+// The preset "gnmr" (not called plain gnmr(): inside gnmr::presets that name
+// would hide the namespace).
+inline Gnmr gnmr_default(std::size_t num_units) {
+  ControllerOptions opt;
+  opt.systemic = gnmr_systemic_rule();
+  opt.denied = gnmr_denied_rule();
+  return Gnmr(num_units, {}, {}, {}, ClipAndPromote{ClipToMean{}, {PromotePrecision{}}}, {}, opt);
+}
+
+inline GnmrLadder gnmr_ladder(std::size_t num_units, const Ladder& ladder = {}) {
+  return GnmrLadder(num_units, {}, {}, {}, ladder, {});
+}
+
+// docs/algorithm.md defaults; kappa is the clip's (scale = min(1, kappa * mu / n)).
+inline GnmrPromote gnmr_promote(std::size_t num_units, float kappa = 1.0f) {
+  return GnmrPromote(num_units, {}, {}, {}, ClipAndPromote{ClipToMean{kappa}, {PromotePrecision{}}}, {});
+}
+
+inline GnmrPromoteOnly gnmr_promote_only(std::size_t num_units) { return GnmrPromoteOnly(num_units); }
+
+inline GnmrClip gnmr_clip(std::size_t num_units, float kappa = 1.0f) {
+  return GnmrClip(num_units, {}, {}, {}, ClipToMean{kappa}, {});
+}
+
+// GNMR's clip with the systemic rule on, no promotion (preset
+// "gnmr-systemic"; docs/algorithm.md, "Systemic steps"). The same type as
+// gnmr-clip: only the options differ, so their blobs interchange.
+inline GnmrClip gnmr_systemic(std::size_t num_units, const SystemicRule& rule = gnmr_systemic_rule()) {
+  ControllerOptions opt;
+  opt.systemic = rule;
+  return GnmrClip(num_units, {}, {}, {}, ClipToMean{}, {}, opt);
+}
+
+}  // namespace presets
+}  // namespace gnmr

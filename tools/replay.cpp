@@ -45,7 +45,7 @@ std::string per_run_path(const std::string& path, const std::string& preset, boo
 // The overrides that apply to `preset`; the others are listed in `dropped`.
 gnmr::presets::Options applicable(const gnmr::presets::Options& o, const std::string& preset,
                                   std::vector<std::string>& dropped) {
-  const auto& allowed = gnmr::presets::detail::find_preset(preset).overrides;
+  const auto& allowed = gnmr::presets::overrides_of(preset);
   const auto ok = [&](const char* k) {
     if (std::find(allowed.begin(), allowed.end(), k) != allowed.end()) return true;
     dropped.push_back(k);

@@ -2,7 +2,7 @@
 // share (the statistics, the host and device norm folds, the reducers), each
 // defined once here so that every copy of the logic is the same copy.
 //
-// A leaf: it depends on gnmr/config.hpp alone. Every function is
+// A leaf: it depends on gnmr/core/math.hpp alone. Every function is
 // GNMR_HOST_DEVICE because the CUDA kernels run the same code as the host;
 // the results are bit-identical on both sides (integer or bit arithmetic,
 // and one IEEE double -> float rounding).

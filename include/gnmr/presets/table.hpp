@@ -227,6 +227,14 @@ inline std::vector<std::string> names() {
 // Throws std::invalid_argument for an unknown name.
 inline bool is_global(const std::string& name) { return detail::find_preset(name).global; }
 
+// The overrides (Options fields, by name) that preset `name` accepts; any
+// other given override makes with_preset()/make() throw. A tool that applies
+// one set of options to several presets uses it to drop what does not apply.
+// Throws std::invalid_argument for an unknown name.
+inline const std::vector<std::string>& overrides_of(const std::string& name) {
+  return detail::find_preset(name).overrides;
+}
+
 // Builds the typed controller for `name` — the peer's published defaults,
 // changed by the overrides in `o` — and returns f(std::move(controller)).
 // f is called once, with one of the preset types (presets/typed.hpp), and

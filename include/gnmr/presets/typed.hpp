@@ -36,10 +36,9 @@ namespace gnmr {
 namespace presets {
 
 // ---------------------------------------------------------------- types ----
-// Never acts on a finite norm (a fixed threshold at the largest float), but
-// a non-finite unit is still skipped: the safety action holds for every preset.
-using PassThrough = GnmrController<L2Norm, NoMean, FixedThreshold, ClipToTarget, Unlimited>;
 // torch.nn.utils.clip_grad_norm_: scale = min(1, max_norm / (n + 1e-6)).
+// Also the "none" preset (pass_through below): the same type whose threshold
+// is the largest float, so no finite norm is ever clipped.
 using GlobalClip = GnmrController<L2Norm, NoMean, FixedThreshold, ClipToTarget, Unlimited>;
 // ZClip (bluorion-com/ZClip zclip/zclip.py).
 using ZClip = GnmrController<L2Norm, EmaMeanVar, ZScoreTrigger, ClipToTarget, Unlimited>;
@@ -130,9 +129,12 @@ struct StabilizerParams {
 };
 
 // ----------------------------------------------------------- factories ----
-inline PassThrough pass_through(std::size_t num_units) {
-  return PassThrough(num_units, {}, {}, FixedThreshold{FLT_MAX, 0.0f}, ClipToTarget{0.0f},
-                     Unlimited{1, 0});
+// Never acts on a finite norm, but a non-finite unit is still skipped: the
+// safety action holds for every preset. The type is GlobalClip's: "none" is
+// global clipping at an unreachable threshold, not a type of its own.
+inline GlobalClip pass_through(std::size_t num_units) {
+  return GlobalClip(num_units, {}, {}, FixedThreshold{FLT_MAX, 0.0f}, ClipToTarget{0.0f},
+                    Unlimited{1, 0});
 }
 
 inline GlobalClip global_clip(std::size_t num_units = 1, const TorchClipParams& p = {}) {

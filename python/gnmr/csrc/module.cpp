@@ -245,7 +245,7 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("presets", &gnmr::presets::names);
   m.def("is_global", &gnmr::presets::is_global);
-  m.def("preset_overrides", [](const std::string& name) { return gnmr::presets::detail::find_preset(name).overrides; });
+  m.def("preset_overrides", [](const std::string& name) { return gnmr::presets::overrides_of(name); });
   m.def("option_names", &option_names);
   m.def("check_options", [](const std::string& preset, const py::dict& o) {
     gnmr::presets::make(preset, 1, options_from(o));

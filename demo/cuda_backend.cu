@@ -19,8 +19,8 @@
 
 #include "gnmr/cuda/adamw.cuh"
 #include "gnmr/cuda/common.cuh"
-#include "gnmr/cuda/unit_norms.cuh"
 #include "gnmr/cuda/presets.cuh"
+#include "gnmr/cuda/unit_norms.cuh"
 
 #include "arms.hpp"
 #include "recipe.hpp"

@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "gnmr/core/types.hpp"
 #include "gnmr/plan/adamw_plan.hpp"  // gnmr::AdamWParams (plain C++)
 #include "gnmr/presets/table.hpp"
-#include "gnmr/core/types.hpp"
 #include "promotion.hpp"
 
 namespace demo {

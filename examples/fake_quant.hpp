@@ -26,8 +26,8 @@
 
 #include <cstdint>
 
-#include "gnmr/core/math.hpp"
 #include "gnmr/core/half.hpp"
+#include "gnmr/core/math.hpp"
 
 namespace fq {
 

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/host/controller.hpp"
 #include "gnmr/detail/fnv.hpp"
-#include "gnmr/policy/recovery_ladder.hpp"
+#include "gnmr/host/controller.hpp"
 #include "gnmr/io/state.hpp"
+#include "gnmr/policy/recovery_ladder.hpp"
 
 namespace {
 

@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "gnmr/host/controller.hpp"
+#include "gnmr/io/trace.hpp"
 #include "gnmr/policy/mean_peers.hpp"
 #include "gnmr/policy/trigger_zscore.hpp"
-#include "gnmr/io/trace.hpp"
 
 namespace {
 

@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "gnmr/host/dyn_controller.hpp"
-#include "gnmr/presets/make.hpp"
 #include "gnmr/io/telemetry.hpp"
 #include "gnmr/io/trace.hpp"
+#include "gnmr/presets/make.hpp"
 #include "replay_options.hpp"
 #include "replay_plot.hpp"
 #include "replay_stats.hpp"

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/presets/make.hpp"
 #include "gnmr/io/trace.hpp"
+#include "gnmr/presets/make.hpp"
 
 namespace replay {
 

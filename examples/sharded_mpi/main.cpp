@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/host/controller.hpp"
-#include "gnmr/host/unit_norms.hpp"
 #include "gnmr/comm/mpi.hpp"
 #include "gnmr/comm/reducer.hpp"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/host/unit_norms.hpp"
 
 namespace {
 

@@ -4,8 +4,8 @@
 // failed at run time; now it is an error whose text says what to add.
 // gnmr.hpp first, as a user would: the check must not depend on the
 // include order.
-#include <gnmr/gnmr.hpp>
 #include <gnmr/cuda/controller.cuh>
+#include <gnmr/gnmr.hpp>
 
 #ifdef GNMR_CF_FIXED
 #define MAYBE_HD GNMR_HOST_DEVICE

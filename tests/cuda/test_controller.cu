@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/host/controller.hpp"
 #include "gnmr/cuda/controller.cuh"
-#include "gnmr/policy/mean.hpp"
+#include "gnmr/host/controller.hpp"
 #include "gnmr/io/state.hpp"
+#include "gnmr/policy/mean.hpp"
 #include "harness.cuh"
 #include "../support/trace_gen.hpp"
 

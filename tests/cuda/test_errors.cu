@@ -12,8 +12,8 @@
 
 #include "gnmr/cuda/adamw.cuh"
 #include "gnmr/cuda/controller.cuh"
-#include "gnmr/cuda/unit_norms.cuh"
 #include "gnmr/cuda/summary_ring.cuh"
+#include "gnmr/cuda/unit_norms.cuh"
 #include "harness.cuh"
 
 namespace gpu_test {

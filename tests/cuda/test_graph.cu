@@ -10,8 +10,8 @@
 #include <random>
 #include <vector>
 
-#include "gnmr/cuda/all.cuh"
 #include "gnmr/core/half.hpp"
+#include "gnmr/cuda/all.cuh"
 #include "harness.cuh"
 
 namespace gpu_test {

@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
+#include "gnmr/core/half.hpp"
 #include "gnmr/cuda/adamw.cuh"
 #include "gnmr/cuda/unit_norms.cuh"
-#include "gnmr/core/half.hpp"
 #include "gnmr/host/adamw.hpp"
 #include "../reference/unit_partials.hpp"
 #include "harness.cuh"

@@ -10,11 +10,11 @@
 #include <gnmr/cuda/accessors.cuh>
 #include <gnmr/cuda/adamw.cuh>
 #include <gnmr/cuda/controller.cuh>
-#include <gnmr/cuda/unit_norms.cuh>
 #include <gnmr/cuda/summary_ring.cuh>
 #include <gnmr/cuda/telemetry.cuh>
-#include <gnmr/policy/recovery_ladder.hpp>
+#include <gnmr/cuda/unit_norms.cuh>
 #include <gnmr/policy/mean_peers.hpp>
+#include <gnmr/policy/recovery_ladder.hpp>
 #include <gnmr/policy/recovery_norm_replace.hpp>
 #include <gnmr/policy/trigger_zscore.hpp>
 

@@ -4,21 +4,21 @@
 // that is where conversion warnings hide (controller.hpp:158 was found this
 // way). Every shipped policy template, the host norms for every norm, the
 // norm layout replays. The controllers are instantiate_controllers.cpp.
+#include <gnmr/comm/reducer.hpp>
+#include <gnmr/host/unit_norms.hpp>
+#include <gnmr/io/trace.hpp>
 #include <gnmr/plan/adamw_plan.hpp>
 #include <gnmr/plan/norm_plan.hpp>
-#include <gnmr/host/unit_norms.hpp>
 #include <gnmr/policy/budget.hpp>
 #include <gnmr/policy/interface.hpp>
-#include <gnmr/policy/recovery_ladder.hpp>
 #include <gnmr/policy/mean.hpp>
 #include <gnmr/policy/mean_peers.hpp>
 #include <gnmr/policy/norm.hpp>
 #include <gnmr/policy/recovery.hpp>
+#include <gnmr/policy/recovery_ladder.hpp>
 #include <gnmr/policy/recovery_norm_replace.hpp>
 #include <gnmr/policy/trigger.hpp>
 #include <gnmr/policy/trigger_zscore.hpp>
-#include <gnmr/comm/reducer.hpp>
-#include <gnmr/io/trace.hpp>
 
 template struct gnmr::WindowMean<1>;
 template struct gnmr::WindowMean<32>;

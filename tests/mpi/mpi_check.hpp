@@ -15,8 +15,8 @@
 #include <cstring>
 #include <vector>
 
-#include "gnmr/core/math.hpp"
 #include "gnmr/comm/mpi.hpp"
+#include "gnmr/core/math.hpp"
 
 namespace mpitest {
 

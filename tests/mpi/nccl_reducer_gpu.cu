@@ -21,9 +21,9 @@
 #include <cstring>
 #include <vector>
 
-#include "gnmr/host/controller.hpp"
 #include "gnmr/comm/nccl.cuh"
 #include "gnmr/comm/reducer.hpp"
+#include "gnmr/host/controller.hpp"
 #include "../cuda/harness.cuh"  // EXPECT, failures(), same_bits(): the GPU tests' harness
 
 namespace {

@@ -10,8 +10,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "gnmr/core/math.hpp"
 #include "gnmr/comm/mpi.hpp"
+#include "gnmr/core/math.hpp"
 #include "mpi_check.hpp"
 
 namespace mpitest {

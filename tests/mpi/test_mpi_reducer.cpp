@@ -39,9 +39,9 @@
 #include <string>
 #include <vector>
 
+#include "gnmr/comm/reducer.hpp"
 #include "gnmr/host/controller.hpp"
 #include "gnmr/host/unit_norms.hpp"
-#include "gnmr/comm/reducer.hpp"
 #include "mpi_check.hpp"
 #include "sharded_trace.hpp"
 

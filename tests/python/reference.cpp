@@ -25,8 +25,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "gnmr/presets/make.hpp"
 #include "gnmr/io/trace.hpp"
+#include "gnmr/presets/make.hpp"
 
 namespace {
 

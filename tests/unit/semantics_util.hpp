@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/host/controller.hpp"
 #include "gnmr/core/types.hpp"
+#include "gnmr/host/controller.hpp"
 
 namespace semtest {
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "gnmr/host/dyn_controller.hpp"
-#include "gnmr/presets/make.hpp"
 #include "gnmr/io/state.hpp"
+#include "gnmr/presets/make.hpp"
 
 #include "../support/dyn_runs.hpp"
 

@@ -13,8 +13,8 @@
 
 #include "../support/dyn_runs.hpp"
 #include "gnmr/host/dyn_controller.hpp"
-#include "gnmr/presets/make.hpp"
 #include "gnmr/io/state.hpp"
+#include "gnmr/presets/make.hpp"
 
 namespace {
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "gnmr/host/controller.hpp"
-#include "gnmr/plan/norm_plan.hpp"
 #include "gnmr/host/unit_norms.hpp"
+#include "gnmr/plan/norm_plan.hpp"
 #include "../reference/unit_partials.hpp"
 
 namespace {

@@ -12,11 +12,11 @@
 #include "gnmr/policy/interface.hpp"
 
 #include "gnmr/host/controller.hpp"
-#include "gnmr/policy/recovery_ladder.hpp"
+#include "gnmr/io/state.hpp"
 #include "gnmr/policy/mean_peers.hpp"
+#include "gnmr/policy/recovery_ladder.hpp"
 #include "gnmr/policy/recovery_norm_replace.hpp"
 #include "gnmr/policy/trigger_zscore.hpp"
-#include "gnmr/io/state.hpp"
 
 #include <catch2/catch.hpp>
 

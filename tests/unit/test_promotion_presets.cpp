@@ -19,8 +19,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "gnmr/presets/make.hpp"
 #include "gnmr/io/state.hpp"
+#include "gnmr/presets/make.hpp"
 
 namespace {
 

@@ -15,8 +15,8 @@
 
 #include "../support/trace_gen.hpp"
 #include "gnmr/host/controller.hpp"
-#include "gnmr/policy/recovery_ladder.hpp"
 #include "gnmr/policy/mean_peers.hpp"
+#include "gnmr/policy/recovery_ladder.hpp"
 #include "gnmr/policy/trigger_zscore.hpp"
 #include "semantics_util.hpp"
 

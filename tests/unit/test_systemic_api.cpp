@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/presets/make.hpp"
 #include "gnmr/io/telemetry.hpp"
+#include "gnmr/presets/make.hpp"
 #include "semantics_util.hpp"
 
 using namespace semtest;

@@ -27,8 +27,8 @@
 #include "../support/flat_json.hpp"
 #include "gnmr/host/controller.hpp"
 #include "gnmr/host/unit_norms.hpp"
-#include "gnmr/presets/make.hpp"
 #include "gnmr/io/telemetry.hpp"
+#include "gnmr/presets/make.hpp"
 
 using flat_json::JObject;
 using flat_json::JParser;

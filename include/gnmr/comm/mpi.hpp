@@ -44,10 +44,10 @@
 #include <string>
 #include <vector>
 
+#include "gnmr/comm/reducer.hpp"
 #include "gnmr/core/math.hpp"
 #include "gnmr/core/numeric.hpp"
 #include "gnmr/policy/norm.hpp"
-#include "gnmr/comm/reducer.hpp"
 
 namespace gnmr {
 namespace mpi {

@@ -31,11 +31,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "gnmr/core/math.hpp"
-#include "gnmr/cuda/common.cuh"
-#include "gnmr/core/numeric.hpp"
-#include "gnmr/policy/norm.hpp"
 #include "gnmr/comm/reducer.hpp"
+#include "gnmr/core/math.hpp"
+#include "gnmr/core/numeric.hpp"
+#include "gnmr/cuda/common.cuh"
+#include "gnmr/policy/norm.hpp"
 
 namespace gnmr {
 namespace cuda {

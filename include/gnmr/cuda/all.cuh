@@ -12,7 +12,7 @@
 #include "gnmr/cuda/adamw.cuh"
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/cuda/controller.cuh"
-#include "gnmr/cuda/unit_norms.cuh"
 #include "gnmr/cuda/presets.cuh"
 #include "gnmr/cuda/summary_ring.cuh"
 #include "gnmr/cuda/telemetry.cuh"
+#include "gnmr/cuda/unit_norms.cuh"

@@ -37,14 +37,14 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/host/controller.hpp"
+#include "gnmr/core/types.hpp"
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/cuda/controller_kernels.cuh"
 #include "gnmr/cuda/policy_check.cuh"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/io/state.hpp"
 #include "gnmr/step/select.hpp"
 #include "gnmr/step/step.hpp"
-#include "gnmr/io/state.hpp"
-#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 namespace cuda {

@@ -33,11 +33,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gnmr/core/types.hpp"
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/cuda/total_tree.cuh"
 #include "gnmr/step/select.hpp"
 #include "gnmr/step/step.hpp"
-#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 namespace cuda {

@@ -18,8 +18,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "gnmr/step/step.hpp"
 #include "gnmr/core/types.hpp"
+#include "gnmr/step/step.hpp"
 
 namespace gnmr {
 namespace cuda {

@@ -29,12 +29,12 @@
 #include <utility>
 #include <vector>
 
-#include "gnmr/host/controller.hpp"
-#include "gnmr/cuda/controller.cuh"
-#include "gnmr/host/dyn_controller.hpp"
-#include "gnmr/presets/table.hpp"
-#include "gnmr/io/state.hpp"
 #include "gnmr/core/types.hpp"
+#include "gnmr/cuda/controller.cuh"
+#include "gnmr/host/controller.hpp"
+#include "gnmr/host/dyn_controller.hpp"
+#include "gnmr/io/state.hpp"
+#include "gnmr/presets/table.hpp"
 
 namespace gnmr {
 namespace cuda {

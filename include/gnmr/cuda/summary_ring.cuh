@@ -38,9 +38,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "gnmr/core/types.hpp"
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/detail/ring.hpp"
-#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 namespace cuda {

@@ -28,9 +28,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "gnmr/core/types.hpp"
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/io/telemetry.hpp"
-#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 namespace cuda {

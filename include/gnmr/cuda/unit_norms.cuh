@@ -27,9 +27,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "gnmr/core/dtype.hpp"
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/plan/norm_plan.hpp"
-#include "gnmr/core/dtype.hpp"
 #include "gnmr/policy/norm.hpp"
 
 namespace gnmr {

@@ -24,14 +24,14 @@
 #include <vector>
 
 #include "gnmr/config.hpp"
-#include "gnmr/step/step.hpp"
+#include "gnmr/core/types.hpp"
 #include "gnmr/policy/budget.hpp"
 #include "gnmr/policy/mean.hpp"
 #include "gnmr/policy/norm.hpp"
 #include "gnmr/policy/recovery.hpp"
 #include "gnmr/policy/trigger.hpp"
+#include "gnmr/step/step.hpp"
 #include "gnmr/step/systemic.hpp"
-#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 

@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "gnmr/io/state.hpp"
 #include "gnmr/core/types.hpp"
+#include "gnmr/io/state.hpp"
 
 namespace gnmr {
 

@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "gnmr/core/dtype.hpp"
-#include "gnmr/core/math.hpp"
 #include "gnmr/core/half.hpp"
+#include "gnmr/core/math.hpp"
 #include "gnmr/core/numeric.hpp"
 #include "gnmr/policy/norm.hpp"
 

@@ -46,9 +46,9 @@
 #include <string>
 #include <vector>
 
+#include "gnmr/core/types.hpp"
 #include "gnmr/detail/format.hpp"
 #include "gnmr/step/systemic.hpp"
-#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 

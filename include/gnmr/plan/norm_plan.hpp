@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/core/math.hpp"
-#include "gnmr/core/half.hpp"
-#include "gnmr/core/numeric.hpp"
 #include "gnmr/core/dtype.hpp"
+#include "gnmr/core/half.hpp"
+#include "gnmr/core/math.hpp"
+#include "gnmr/core/numeric.hpp"
 #include "gnmr/policy/norm.hpp"
 
 // Loops over register arrays must unroll on the device (a run-time index

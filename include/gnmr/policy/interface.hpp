@@ -22,8 +22,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "gnmr/policy/norm.hpp"
 #include "gnmr/core/types.hpp"
+#include "gnmr/policy/norm.hpp"
 
 namespace gnmr {
 namespace detail {

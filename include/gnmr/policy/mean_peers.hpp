@@ -11,8 +11,8 @@
 #include <string>
 
 #include "gnmr/core/math.hpp"
-#include "gnmr/detail/check.hpp"
 #include "gnmr/core/numeric.hpp"
+#include "gnmr/detail/check.hpp"
 
 namespace gnmr {
 

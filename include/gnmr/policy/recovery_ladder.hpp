@@ -15,9 +15,9 @@
 #include <string>
 
 #include "gnmr/core/math.hpp"
+#include "gnmr/core/types.hpp"
 #include "gnmr/detail/check.hpp"
 #include "gnmr/policy/recovery.hpp"
-#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 

@@ -15,8 +15,8 @@
 #include <string>
 
 #include "gnmr/core/math.hpp"
-#include "gnmr/detail/check.hpp"
 #include "gnmr/core/types.hpp"
+#include "gnmr/detail/check.hpp"
 
 namespace gnmr {
 

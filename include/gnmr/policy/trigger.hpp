@@ -14,9 +14,9 @@
 #include <string>
 
 #include "gnmr/core/math.hpp"
-#include "gnmr/detail/check.hpp"
 #include "gnmr/core/numeric.hpp"
 #include "gnmr/core/types.hpp"
+#include "gnmr/detail/check.hpp"
 
 namespace gnmr {
 

@@ -23,11 +23,11 @@
 
 #include "gnmr/host/controller.hpp"
 #include "gnmr/policy/budget.hpp"
-#include "gnmr/policy/recovery_ladder.hpp"
 #include "gnmr/policy/mean.hpp"
 #include "gnmr/policy/mean_peers.hpp"
 #include "gnmr/policy/norm.hpp"
 #include "gnmr/policy/recovery.hpp"
+#include "gnmr/policy/recovery_ladder.hpp"
 #include "gnmr/policy/recovery_norm_replace.hpp"
 #include "gnmr/policy/trigger.hpp"
 #include "gnmr/policy/trigger_zscore.hpp"

@@ -19,11 +19,11 @@
 #include <utility>
 
 #include "gnmr/core/math.hpp"
+#include "gnmr/core/types.hpp"
 #include "gnmr/detail/check.hpp"
 #include "gnmr/policy/interface.hpp"
 #include "gnmr/policy/recovery.hpp"
 #include "gnmr/step/systemic.hpp"
-#include "gnmr/core/types.hpp"
 
 namespace gnmr {
 

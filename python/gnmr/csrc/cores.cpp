@@ -6,8 +6,8 @@
 #include <utility>
 
 #include "gnmr/host/unit_norms.hpp"
-#include "gnmr/presets/make.hpp"
 #include "gnmr/io/state.hpp"
+#include "gnmr/presets/make.hpp"
 
 namespace gnmr_py {
 

@@ -25,11 +25,11 @@
 #include <vector>
 
 #include "device.hpp"
-#include "gnmr/host/adamw.hpp"
-#include "gnmr/plan/adamw_plan.hpp"
-#include "gnmr/host/dyn_controller.hpp"
-#include "gnmr/presets/table.hpp"
 #include "gnmr/core/types.hpp"
+#include "gnmr/host/adamw.hpp"
+#include "gnmr/host/dyn_controller.hpp"
+#include "gnmr/plan/adamw_plan.hpp"
+#include "gnmr/presets/table.hpp"
 #include "logs.hpp"
 #include "tables.hpp"
 

@@ -22,9 +22,9 @@
 
 #include "gnmr/cuda/adamw.cuh"
 #include "gnmr/cuda/common.cuh"
-#include "gnmr/cuda/unit_norms.cuh"
 #include "gnmr/cuda/presets.cuh"
 #include "gnmr/cuda/telemetry.cuh"
+#include "gnmr/cuda/unit_norms.cuh"
 #include "drains.cuh"
 #include "logs.hpp"
 

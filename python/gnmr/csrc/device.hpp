@@ -30,10 +30,10 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/plan/adamw_plan.hpp"
-#include "gnmr/host/unit_norms.hpp"
-#include "gnmr/presets/table.hpp"
 #include "gnmr/core/types.hpp"
+#include "gnmr/host/unit_norms.hpp"
+#include "gnmr/plan/adamw_plan.hpp"
+#include "gnmr/presets/table.hpp"
 
 namespace gnmr_py {
 

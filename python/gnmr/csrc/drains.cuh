@@ -13,9 +13,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "gnmr/core/types.hpp"
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/cuda/presets.cuh"
-#include "gnmr/core/types.hpp"
 #include "logs.hpp"
 
 namespace gnmr_py {

@@ -17,9 +17,9 @@
 #include <utility>
 #include <vector>
 
+#include "gnmr/core/types.hpp"
 #include "gnmr/io/telemetry.hpp"
 #include "gnmr/io/trace.hpp"
-#include "gnmr/core/types.hpp"
 
 namespace gnmr_py {
 

@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "cores.hpp"
-#include "gnmr/presets/make.hpp"
 #include "gnmr/io/state.hpp"
 #include "gnmr/io/trace.hpp"
+#include "gnmr/presets/make.hpp"
 
 namespace py = pybind11;
 using namespace gnmr_py;

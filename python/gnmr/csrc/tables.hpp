@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/plan/adamw_plan.hpp"
-#include "gnmr/host/unit_norms.hpp"
 #include "gnmr/core/types.hpp"
+#include "gnmr/host/unit_norms.hpp"
+#include "gnmr/plan/adamw_plan.hpp"
 
 namespace gnmr_py {
 

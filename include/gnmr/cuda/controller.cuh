@@ -37,12 +37,18 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/host/controller.hpp"
 #include "gnmr/cuda/common.cuh"
 #include "gnmr/cuda/controller_kernels.cuh"
 #include "gnmr/cuda/policy_check.cuh"
+#include "gnmr/policy/budget.hpp"
+#include "gnmr/policy/mean.hpp"
+#include "gnmr/policy/norm.hpp"
+#include "gnmr/policy/recovery.hpp"
+#include "gnmr/policy/trigger.hpp"
 #include "gnmr/step/select.hpp"
 #include "gnmr/step/step.hpp"
+#include "gnmr/step/systemic.hpp"
+#include "gnmr/step/validate.hpp"
 #include "gnmr/io/state.hpp"
 #include "gnmr/core/types.hpp"
 
@@ -56,8 +62,9 @@ class DeviceController {
   using Policies = gnmr::detail::PolicySet<Norm, Mean, Trigger, Recovery, Budget>;
   using UnitState = typename Policies::UnitState;
 
-  // Validates like GnmrController (std::invalid_argument), allocates every
-  // buffer the steps use and uploads the initial state (synchronously).
+  // Validates like GnmrController (detail::validate_controller:
+  // std::invalid_argument, nothing allocated), allocates every buffer the
+  // steps use and uploads the initial state (synchronously).
   explicit DeviceController(std::size_t num_units, Norm norm = {}, Mean mean = {},
                             Trigger trigger = {}, Recovery recovery = {}, Budget budget = {},
                             ControllerOptions opt = {})
@@ -72,10 +79,9 @@ class DeviceController {
   DeviceController(void* d_workspace, std::size_t ws_bytes, std::size_t num_units, Norm norm = {},
                    Mean mean = {}, Trigger trigger = {}, Recovery recovery = {}, Budget budget = {},
                    ControllerOptions opt = {})
-      : host_check_(validate(num_units, norm, mean, trigger, recovery, budget, opt)),
-        p_{norm, mean, trigger, recovery, budget, opt},
-        n_(num_units) {
+      : p_{norm, mean, trigger, recovery, budget, opt}, n_(num_units) {
     detail::require_device_policies<Policies>();  // members GNMR_HOST_DEVICE, trivially copyable
+    gnmr::detail::validate_controller("DeviceController", n_, p_);
     const std::size_t need = carve(nullptr, n_, budget).bytes;
     void* base = acquire_workspace(own_, d_workspace, ws_bytes, need, "DeviceController");
     b_ = carve(base, n_, budget);
@@ -233,20 +239,6 @@ class DeviceController {
     return b;
   }
 
-  static bool validate(std::size_t num_units, const Norm& norm, const Mean& mean, const Trigger& trigger,
-                       const Recovery& recovery, const Budget& budget, const ControllerOptions& opt) {
-    // The host controller owns the rules (messages, limits); a throw-away
-    // one-unit instance applies them without duplicating them here.
-    GnmrController<Norm, Mean, Trigger, Recovery, Budget> probe(1, norm, mean, trigger, recovery, budget,
-                                                                 opt);
-    (void)probe;
-    if (num_units == 0) throw std::invalid_argument("gnmr: DeviceController needs at least one unit");
-    if (num_units > 0x7fffffffu)
-      throw std::invalid_argument("gnmr: DeviceController supports at most 2^31-1 units, got " +
-                                  std::to_string(num_units));
-    return true;
-  }
-
   template <bool kFinish>
   cudaError_t launch(const float* in, cudaStream_t stream) {
     detail::CtrlArgs<Policies> a{};
@@ -296,7 +288,6 @@ class DeviceController {
 
   static constexpr const char* kCopy = "DeviceController: download";
 
-  bool host_check_;
   Policies p_;
   std::size_t n_;
   DeviceBuffer own_;

@@ -32,7 +32,7 @@
 #include <string>
 
 #include "gnmr/core/math.hpp"
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/error.cuh"
 #include "gnmr/core/numeric.hpp"
 #include "gnmr/policy/norm.hpp"
 #include "gnmr/comm/reducer.hpp"

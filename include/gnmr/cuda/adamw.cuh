@@ -27,7 +27,9 @@
 #include <vector>
 
 #include "gnmr/cuda/accessors.cuh"
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/error.cuh"
+#include "gnmr/cuda/grid.cuh"
+#include "gnmr/cuda/memory.cuh"
 #include "gnmr/plan/adamw_plan.hpp"
 
 namespace gnmr {
@@ -227,7 +229,7 @@ __global__ void __launch_bounds__(gnmr::detail::kAdamWThreads)
 // controller's summary (DeviceController::summary()); when given, a step
 // whose skip_step is set (GlobalSkip, Ladder's top rung) changes nothing —
 // pass it whenever the recovery policy can ask for a global skip. Enqueue
-// only. Errors (common.cuh): an empty (default-constructed) plan or invalid
+// only. Errors (error.cuh): an empty (default-constructed) plan or invalid
 // hyperparameters throw std::invalid_argument before anything is enqueued;
 // a launch error is returned.
 inline cudaError_t adamw_step(AdamWPlan& plan, const AdamWParams& h, const UnitDecision* decisions,

@@ -37,7 +37,9 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/error.cuh"
+#include "gnmr/cuda/grid.cuh"
+#include "gnmr/cuda/memory.cuh"
 #include "gnmr/cuda/controller_kernels.cuh"
 #include "gnmr/cuda/policy_check.cuh"
 #include "gnmr/policy/budget.hpp"

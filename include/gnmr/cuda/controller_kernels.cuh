@@ -21,7 +21,7 @@
 //           the device step counter.
 // Both kernels move a block's unit states (and phase 3 its reports and
 // decisions) through shared memory in coalesced 16-byte words instead of
-// per-thread struct accesses (stage_in/stage_out in common.cuh): at 1M units
+// per-thread struct accesses (stage_in/stage_out in block.cuh): at 1M units
 // phase 3 was twice its byte count's time, at 10k units both were bound by
 // per-field transactions on the few SMs a 40-block grid occupies.
 // Everything that decides is integer or the shared per-unit functors, so the
@@ -33,8 +33,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "gnmr/cuda/common.cuh"
-#include "gnmr/cuda/total_tree.cuh"
+#include "gnmr/cuda/block.cuh"
+#include "gnmr/cuda/grid.cuh"
 #include "gnmr/step/select.hpp"
 #include "gnmr/step/step.hpp"
 #include "gnmr/core/types.hpp"
@@ -44,6 +44,7 @@ namespace cuda {
 namespace detail {
 
 using gnmr::detail::kSelectThreads;
+static_assert(kSelectThreads == kTreeThreads, "global-clip's tree of squares runs one 256-unit block per tree");
 
 template <class PS>
 struct CtrlArgs {
@@ -70,24 +71,6 @@ struct CtrlArgs {
   std::uint32_t systemic_threshold;  // C: systemic iff more than C units trigger
 };
 
-struct MaxU64 {
-  __device__ __forceinline__ unsigned long long operator()(unsigned long long a,
-                                                           unsigned long long b) const {
-    return a > b ? a : b;
-  }
-};
-struct MinU64 {
-  __device__ __forceinline__ unsigned long long operator()(unsigned long long a,
-                                                           unsigned long long b) const {
-    return a < b ? a : b;
-  }
-};
-struct AddU32 {
-  __device__ __forceinline__ unsigned int operator()(unsigned int a, unsigned int b) const {
-    return a + b;
-  }
-};
-
 // Unit state, reports and decisions move through shared memory (stage_in /
 // stage_out) when a block's run fits in kStageBytes; larger states (a long
 // WindowMean) are read and written per thread.
@@ -102,45 +85,6 @@ constexpr std::size_t kStageWords =
          kSelectThreads +
      15u) /
     16u;
-
-// The block's top-k keys, largest first, zero padded. Keys are unique, so
-// "largest below the previous pick" enumerates them. rounds is block-uniform.
-__device__ __forceinline__ void block_topk(std::uint64_t key, std::uint32_t k, std::uint32_t rounds,
-                                           std::uint64_t* out, unsigned long long (*smax)[32]) {
-  unsigned long long prev = ~0ull;
-  const unsigned lane = threadIdx.x & 31u;
-  const unsigned warp = threadIdx.x >> 5;
-  const unsigned warps = blockDim.x >> 5;
-  for (std::uint32_t j = 0; j < rounds; ++j) {
-    unsigned long long x = key < prev ? key : 0ull;
-#pragma unroll
-    for (unsigned off = 16; off >= 1; off >>= 1) x = MaxU64{}(x, __shfl_xor_sync(0xffffffffu, x, off));
-    if (lane == 0) smax[j & 1u][warp] = x;
-    __syncthreads();  // double buffer: round j+2 rewrites after round j+1's barrier
-    unsigned long long m = 0;
-    for (unsigned w = 0; w < warps; ++w) m = MaxU64{}(m, smax[j & 1u][w]);
-    prev = m;
-    if (threadIdx.x == 0) out[j] = m;
-  }
-  for (std::uint32_t j = rounds + threadIdx.x; j < k; j += blockDim.x) out[j] = 0u;
-}
-
-// Inclusive prefix sum over the block (one value per thread, blockDim == 256).
-__device__ __forceinline__ std::uint32_t block_scan_u32(std::uint32_t x, std::uint32_t* s_warp) {
-  const unsigned lane = threadIdx.x & 31u;
-  const unsigned warp = threadIdx.x >> 5;
-#pragma unroll
-  for (unsigned off = 1; off < 32; off <<= 1) {
-    const std::uint32_t y = __shfl_up_sync(0xffffffffu, x, off);
-    if (lane >= off) x += y;
-  }
-  __syncthreads();
-  if (lane == 31) s_warp[warp] = x;
-  __syncthreads();
-  std::uint32_t base = 0;
-  for (unsigned w = 0; w < warp; ++w) base += s_warp[w];
-  return x + base;
-}
 
 // The radix select of gnmr/step/select.hpp over `m` keys, by one block of
 // 256 threads: per pass a shared histogram (warp-aggregated integer atomics),

@@ -38,7 +38,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/error.cuh"
 #include "gnmr/detail/ring.hpp"
 #include "gnmr/core/types.hpp"
 

@@ -28,7 +28,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/error.cuh"
+#include "gnmr/cuda/memory.cuh"
 #include "gnmr/io/telemetry.hpp"
 #include "gnmr/core/types.hpp"
 

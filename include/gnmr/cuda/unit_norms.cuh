@@ -27,7 +27,10 @@
 #include <stdexcept>
 #include <vector>
 
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/block.cuh"
+#include "gnmr/cuda/error.cuh"
+#include "gnmr/cuda/grid.cuh"
+#include "gnmr/cuda/memory.cuh"
 #include "gnmr/plan/norm_plan.hpp"
 #include "gnmr/core/dtype.hpp"
 #include "gnmr/policy/norm.hpp"
@@ -186,7 +189,7 @@ __global__ void __launch_bounds__(gnmr::detail::kNormThreads, 4)
 // Writes the NormPolicy partial of every unit of the plan to d_partials
 // (plan.num_units() floats, device memory) on `stream`. Enqueue only: no
 // allocation, no synchronisation; capturable in a CUDA graph. Errors
-// (common.cuh): an empty (default-constructed) plan or a null d_partials
+// (error.cuh): an empty (default-constructed) plan or a null d_partials
 // throws std::invalid_argument before anything is enqueued; a launch error
 // is returned.
 template <class Norm = L2Norm>

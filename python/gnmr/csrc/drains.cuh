@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/error.cuh"
 #include "gnmr/cuda/presets.cuh"
 #include "gnmr/core/types.hpp"
 #include "logs.hpp"

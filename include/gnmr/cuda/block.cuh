@@ -2,18 +2,37 @@
 // in one place. Every thread of the block must call them (they hold
 // barriers).
 //
-// Floating-point folds whose order defines the bits must keep that order:
-// block_tree is the norm kernel's fold (warp shuffles down by 16..1, then
-// warp 0 over the warp results padded with the identity), which
-// tests/reference/unit_partials.hpp replays on the host; block_tree_256 and
-// block_sums_tree are the halving tree of the host controller's
-// detail::total_sq_tree (gnmr/step/systemic.hpp). The integer ones
-// (block_scan_u32, block_topk, block_tree over counts or keys) are exact in
-// any order. stage_in / stage_out are the block's cooperative copies
-// between global and shared memory.
+// Exact folds (integer counts and prefix sums, the min or max of unique
+// integer keys, the SummaryAcc merge) give the same bits in any order, so
+// they are cub's BlockReduce and BlockScan, in cub's order, where that costs
+// nothing: block_reduce_exact, block_inclusive_sum, block_exclusive_sum.
+// Two exact ones are hand-written for speed. block_topk: every thread
+// needs each round's maximum, and its double-buffered scratch costs one
+// barrier per round where a BlockReduce and a broadcast cost two.
+// block_merge_tree (the controller's SummaryAcc, 36 bytes): cub's
+// BlockReduce shuffles it through registers, which took the commit kernel
+// from 39 to 52 registers on sm_90 and from six resident blocks per SM to
+// four (its raking variant needs more shared memory and registers still);
+// a halving tree in shared memory does not.
+//
+// Floating-point folds whose order defines the bits are hand-written, and
+// their order must not change: block_tree is the norm kernel's fold (warp
+// shuffles down by 16..1, then warp 0 over the warp results padded with
+// the identity), which tests/reference/unit_partials.hpp replays on the
+// host; block_tree_256 and block_sums_tree are the halving tree of the host
+// controller's detail::total_sq_tree (gnmr/step/systemic.hpp). cub does not
+// document the association order of its reductions, which may change
+// between releases, and neither replay would match it: cub cannot stand in
+// for them without changing bits.
+//
+// stage_in / stage_out are the block's cooperative copies between global
+// and shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
 
 #include <cstdint>
 #include <type_traits>
@@ -25,23 +44,38 @@ namespace gnmr {
 namespace cuda {
 namespace detail {
 
-// ---- Exact folds -------------------------------------------------------------
+// ---- Exact folds: cub ---------------------------------------------------------
 
-// Inclusive prefix sum over the block (one value per thread, blockDim == 256).
-__device__ __forceinline__ std::uint32_t block_scan_u32(std::uint32_t x, std::uint32_t* s_warp) {
-  const unsigned lane = threadIdx.x & 31u;
-  const unsigned warp = threadIdx.x >> 5;
-#pragma unroll
-  for (unsigned off = 1; off < 32; off <<= 1) {
-    const std::uint32_t y = __shfl_up_sync(0xffffffffu, x, off);
-    if (lane >= off) x += y;
-  }
+template <class T, int Threads>
+using BlockReduceStorage = typename cub::BlockReduce<T, Threads>::TempStorage;
+template <int Threads>
+using BlockScanStorage = typename cub::BlockScan<std::uint32_t, Threads>::TempStorage;
+
+// op over the block (blockDim.x == Threads); the result is valid in thread 0
+// only. op must be exact (associative and commutative bit for bit). The
+// leading barrier lets consecutive calls share `tmp`.
+template <int Threads, class T, class Op>
+__device__ __forceinline__ T block_reduce_exact(T x, Op op, BlockReduceStorage<T, Threads>& tmp) {
   __syncthreads();
-  if (lane == 31) s_warp[warp] = x;
+  return cub::BlockReduce<T, Threads>(tmp).Reduce(x, op);
+}
+
+// Prefix sums over the block in thread order (blockDim.x == Threads),
+// valid in every thread; the exclusive one also gives the block's total.
+template <int Threads>
+__device__ __forceinline__ std::uint32_t block_inclusive_sum(std::uint32_t x, BlockScanStorage<Threads>& tmp) {
   __syncthreads();
-  std::uint32_t base = 0;
-  for (unsigned w = 0; w < warp; ++w) base += s_warp[w];
-  return x + base;
+  std::uint32_t out;
+  cub::BlockScan<std::uint32_t, Threads>(tmp).InclusiveSum(x, out);
+  return out;
+}
+template <int Threads>
+__device__ __forceinline__ std::uint32_t block_exclusive_sum(std::uint32_t x, std::uint32_t& total,
+                                                             BlockScanStorage<Threads>& tmp) {
+  __syncthreads();
+  std::uint32_t out;
+  cub::BlockScan<std::uint32_t, Threads>(tmp).ExclusiveSum(x, out, total);
+  return out;
 }
 
 struct AddU32 {
@@ -80,6 +114,22 @@ __device__ __forceinline__ void block_topk(std::uint64_t key, std::uint32_t k, s
     if (threadIdx.x == 0) out[j] = m;
   }
   for (std::uint32_t j = rounds + threadIdx.x; j < k; j += blockDim.x) out[j] = 0u;
+}
+
+// An exact merge (T::merge) of one T per thread by a halving tree in shared
+// memory (s holds Threads T's, blockDim.x == Threads, a power of two).
+// Returns the result where it lies, s[0], for any thread to read until s is
+// written again. The caller puts a __syncthreads() between an earlier read
+// of s and this call.
+template <int Threads, class T>
+__device__ __forceinline__ const T& block_merge_tree(const T& x, T* s) {
+  s[threadIdx.x] = x;
+  __syncthreads();
+  for (unsigned k = Threads / 2; k > 0; k >>= 1) {
+    if (threadIdx.x < k) s[threadIdx.x].merge(s[threadIdx.x + k]);
+    __syncthreads();
+  }
+  return s[0];
 }
 
 // ---- Floating-point folds in a fixed order: hand-written ---------------------

@@ -95,9 +95,9 @@ __device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std
                                                                        bool complete) {
   using gnmr::detail::RadixState;
   __shared__ std::uint32_t s_hist[256];
-  __shared__ std::uint32_t s_warp[32];
+  __shared__ BlockScanStorage<kSelectThreads> s_scan;
   __shared__ RadixState s_state;
-  __shared__ unsigned long long s_min[32];
+  __shared__ BlockReduceStorage<unsigned long long, kSelectThreads> s_min;
   __shared__ unsigned long long s_lo;
   const unsigned tid = threadIdx.x;
   const unsigned lane = tid & 31u;
@@ -126,7 +126,7 @@ __device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std
     // the bucket whose digit is >= its own.
     const unsigned d = 255u - tid;
     const std::uint32_t cnt = s_hist[d];
-    const std::uint32_t incl = block_scan_u32(cnt, s_warp);
+    const std::uint32_t incl = block_inclusive_sum<kSelectThreads>(cnt, s_scan);
     const std::uint32_t above = incl - cnt;
     if (gnmr::detail::radix_digit_holds(above, cnt, st.need)) {
       RadixState nx = st;
@@ -143,7 +143,7 @@ __device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std
       const unsigned long long k = __ldcg(reinterpret_cast<const unsigned long long*>(keys) + e);
       if (gnmr::detail::in_bucket(st, k) && k < lo) lo = k;
     }
-    lo = block_tree(lo, ~0ull, MinU64{}, s_min);
+    lo = block_reduce_exact<kSelectThreads>(lo, MinU64{}, s_min);
     if (tid == 0) s_lo = lo;
     __syncthreads();
     lo = s_lo;
@@ -154,7 +154,7 @@ __device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std
 template <class PS, bool kFinish>
 __global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, const float* __restrict__ in) {
   __shared__ unsigned long long s_max[2][32];
-  __shared__ unsigned int s_red[32];
+  __shared__ BlockReduceStorage<std::uint32_t, kSelectThreads> s_red;
   __shared__ std::uint32_t s_tot[3];
   __shared__ int s_last;
   extern __shared__ double s_sq[];  // kSelectThreads doubles, global-clip only
@@ -216,11 +216,11 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, co
     c += __ldcg(a.block_counts + 3 * b + 1);
     tr += __ldcg(a.block_counts + 3 * b + 2);
   }
-  h = block_tree(h, 0u, AddU32{}, s_red);
+  h = block_reduce_exact<kSelectThreads>(h, AddU32{}, s_red);
   if (threadIdx.x == 0) s_tot[0] = h;
-  c = block_tree(c, 0u, AddU32{}, s_red);
+  c = block_reduce_exact<kSelectThreads>(c, AddU32{}, s_red);
   if (threadIdx.x == 0) s_tot[1] = c;
-  tr = block_tree(tr, 0u, AddU32{}, s_red);
+  tr = block_reduce_exact<kSelectThreads>(tr, AddU32{}, s_red);
   if (threadIdx.x == 0) s_tot[2] = tr;
   __syncthreads();
   h = s_tot[0];
@@ -294,27 +294,15 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase3(CtrlArgs<PS> a) {
   __syncthreads();
   stage_out(a.rep + base, s_rep, count);
   stage_out(a.dec + base, s_dec, count);
-  // SummaryAcc's merge is exact (integer counts, a total order for the max),
-  // so any fixed tree gives the host's sequential result.
-  s_acc[threadIdx.x] = acc;
-  __syncthreads();
-  for (unsigned s = kSelectThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) s_acc[threadIdx.x].merge(s_acc[threadIdx.x + s]);
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) a.block_acc[blockIdx.x] = s_acc[0];
+  const Acc& block_total = block_merge_tree<kSelectThreads>(acc, s_acc);
+  if (threadIdx.x == 0) a.block_acc[blockIdx.x] = block_total;
   if (!last_block_done(a.counters + 1, gridDim.x, &s_last)) return;
   acc = Acc::zero();
   for (std::uint32_t b = threadIdx.x; b < gridDim.x; b += blockDim.x) acc.merge(load_cg(a.block_acc + b));
-  __syncthreads();
-  s_acc[threadIdx.x] = acc;
-  __syncthreads();
-  for (unsigned s = kSelectThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) s_acc[threadIdx.x].merge(s_acc[threadIdx.x + s]);
-    __syncthreads();
-  }
+  __syncthreads();  // s_acc[0] was read above
+  const Acc& total = block_merge_tree<kSelectThreads>(acc, s_acc);
   if (threadIdx.x == 0) {
-    *a.summary = s_acc[0].finish(t, sys);
+    *a.summary = total.finish(t, sys);
     *a.step = t;
   }
 }

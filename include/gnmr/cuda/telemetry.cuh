@@ -21,13 +21,12 @@
 
 #include <cuda_runtime.h>
 
-#include <cub/block/block_scan.cuh>
-
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
+#include "gnmr/cuda/block.cuh"
 #include "gnmr/cuda/error.cuh"
 #include "gnmr/cuda/memory.cuh"
 #include "gnmr/io/telemetry.hpp"
@@ -48,8 +47,7 @@ __global__ void __launch_bounds__(Threads)
     compact_events(const UnitReport* __restrict__ rep, const StepSummary* __restrict__ summary,
                    std::uint32_t n, std::uint32_t capacity, std::uint32_t* __restrict__ out_units,
                    UnitReport* __restrict__ out_rep, std::uint32_t* __restrict__ out_count) {
-  using Scan = cub::BlockScan<std::uint32_t, Threads>;
-  __shared__ typename Scan::TempStorage tmp;
+  __shared__ BlockScanStorage<Threads> tmp;
   if (!step_has_events(*summary)) {  // the common case: nothing to scan
     if (threadIdx.x == 0) *out_count = 0;
     return;
@@ -58,9 +56,8 @@ __global__ void __launch_bounds__(Threads)
   for (std::uint32_t tile = 0; tile < n; tile += Threads) {
     const std::uint32_t i = tile + threadIdx.x;
     const std::uint32_t has = (i < n && (rep[i].flags & kEventFlags)) ? 1u : 0u;
-    std::uint32_t pos = 0, total = 0;
-    Scan(tmp).ExclusiveSum(has, pos, total);
-    __syncthreads();  // tmp is reused by the next tile
+    std::uint32_t total = 0;
+    const std::uint32_t pos = block_exclusive_sum<Threads>(has, total, tmp);
     const std::uint32_t at = base + pos;
     if (has && at < capacity) {
       out_units[at] = i;

@@ -118,18 +118,9 @@ class TelemetryDrain {
       check(cudaEventSynchronize(mine.done), "TelemetryDrain: cudaEventSynchronize");
       write(mine, log, names);
     }
-    if (prev.pending) {
-      const cudaError_t q = cudaEventQuery(prev.done);
-      if (q == cudaSuccess) {
-        write(prev, log, names);
-      } else if (q == cudaErrorNotReady) {
-        // Not an error, but the runtime may keep it as the last error, and
-        // the launch check below (cudaGetLastError) would then throw it.
-        (void)cudaGetLastError();
-      } else {
-        check(q, "TelemetryDrain: cudaEventQuery");
-      }
-    }
+    // event_done clears the "not ready" it may leave, which the launch
+    // check below (cudaGetLastError) would otherwise throw.
+    if (prev.pending && event_done(prev.done, "TelemetryDrain: cudaEventQuery")) write(prev, log, names);
     auto* d = static_cast<unsigned char*>(dev_.get());
     detail::compact_events<detail::kDrainThreads><<<1, detail::kDrainThreads, 0, stream>>>(
         ctl.reports(), ctl.summary(), n_, cap_, units_of(d), reps_of(d), count_of(d));

@@ -6,7 +6,8 @@
 //   ctl.step(d_partials, stream);                             // step (c)
 //   my_optimizer<<<..., stream>>>(ctl.decisions(), ctl.summary(), ...);  // step (d)
 //
-// A step is two kernel launches on the caller's stream (controller_kernels.cuh;
+// A step is two kernel launches on the caller's stream, ctrl_evaluate_select
+// (whose last block selects) and ctrl_commit_summarize (controller_kernels.cuh;
 // on sm_90+ the second is a programmatic dependent of the first): no
 // allocation, no host synchronisation, no device-to-host copy, and the
 // step counter lives on the device, so the whole sequence can be captured
@@ -21,8 +22,8 @@
 // recovery policy can suggest a global skip (GlobalSkip, Ladder), the
 // summary's skip_step too (step_skipped(); adamw_step's d_summary).
 // With the systemic rule on (ControllerOptions::systemic) the step-wide
-// decision is made in phase 1's last block, and its global state (the
-// tracker of the total norm) lives in device memory with the units
+// decision is made in the last block of the first kernel, and its global
+// state (the tracker of the total norm) lives in device memory with the units
 // (global_state(), copy_global_state(); gnmr::save_state / load_state below
 // and in gnmr/io/state.hpp). Still two launches, no sync, no allocation.
 // Two instances (or two steps of one instance) must not run concurrently on
@@ -91,7 +92,7 @@ class DeviceController {
     check(cudaMemset(b_.counters, 0, 2 * sizeof(unsigned int)), "DeviceController: init");
     check(cudaMemset(b_.dec, 0, n_ * sizeof(UnitDecision)), "DeviceController: init");
     check(cudaMemset(b_.rep, 0, n_ * sizeof(UnitReport)), "DeviceController: init");
-    pdl_ = pdl_supported(detail::ctrl_phase3<Policies>);
+    pdl_ = pdl_supported(detail::ctrl_commit_summarize<Policies>);
     reset();
   }
 
@@ -104,8 +105,9 @@ class DeviceController {
   DeviceController& operator=(const DeviceController&) = delete;
 
   std::size_t num_units() const { return n_; }
-  // Whether phase 3 is launched as a programmatic dependent of phase 1
-  // (sm_90+, see pdl_supported); the decisions are the same either way.
+  // Whether the commit kernel is launched as a programmatic dependent of the
+  // evaluate kernel (sm_90+, see pdl_supported); the decisions are the same
+  // either way.
   bool programmatic_launch() const { return pdl_; }
   const Policies& policies() const { return p_; }
 
@@ -267,14 +269,14 @@ class DeviceController {
     a.systemic_threshold = threshold_;
     const unsigned int nb = static_cast<unsigned int>(blocks_for(n_));
     // global-clip's per-block tree of squares: dynamic shared memory, so the
-    // other actions (and no rule) keep phase 1's footprint as it was.
+    // other actions (and no rule) keep the evaluate kernel's footprint as it was.
     const std::size_t sq_smem =
         p_.opt.systemic.action == SystemicAction::kGlobalClip ? gnmr::detail::kSelectThreads * sizeof(double) : 0u;
-    detail::ctrl_phase1<Policies, kFinish><<<nb, gnmr::detail::kSelectThreads, sq_smem, stream>>>(a, in);
+    detail::ctrl_evaluate_select<Policies, kFinish><<<nb, gnmr::detail::kSelectThreads, sq_smem, stream>>>(a, in);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    // Phase 3 as a programmatic dependent of phase 1 (sm_90+): its launch and
-    // state staging overlap phase 1 instead of following it.
+    // The commit as a programmatic dependent of the evaluation (sm_90+): its
+    // launch and state staging overlap the evaluation instead of following it.
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(nb);
     cfg.blockDim = dim3(gnmr::detail::kSelectThreads);
@@ -285,7 +287,7 @@ class DeviceController {
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = pdl_ ? 1u : 0u;
-    return cudaLaunchKernelEx(&cfg, detail::ctrl_phase3<Policies>, a);
+    return cudaLaunchKernelEx(&cfg, detail::ctrl_commit_summarize<Policies>, a);
   }
 
   static constexpr const char* kCopy = "DeviceController: download";

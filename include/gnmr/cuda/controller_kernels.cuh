@@ -1,29 +1,32 @@
 // gnmr/cuda/controller_kernels.cuh — the two kernels of one device
-// controller step (used by gnmr/cuda/controller.cuh).
+// controller step (launched by gnmr/cuda/controller.cuh), covering the four
+// phases of gnmr/step/step.hpp:
 //
-//   phase1: one thread per unit runs detail::evaluate_unit, stores the norm
-//           and the unit's rank key (0 unless it is a candidate), and counts
-//           held slots and candidates per block (__syncthreads_count); with
-//           few slots each block also keeps its top-`slots` keys. With the
+//   ctrl_evaluate_select (phase 1, then phase 2 in its last block): one
+//           thread per unit runs detail::evaluate_unit, stores the norm and
+//           the unit's rank key (0 unless it is a candidate), and counts held
+//           slots and candidates per block (__syncthreads_count); with few
+//           slots each block also keeps its top-`slots` keys. With the
 //           systemic rule on it also counts triggered units, and under
 //           global-clip sums its 256 squared norms by the halving tree of
-//           detail::total_sq_tree (double, in dynamic shared memory that
-//           is only requested then). The last block to finish (integer
-//           counter) turns the counts into a SelectRule by the radix select
-//           of gnmr/step/select.hpp, sums the block sums by the same tree,
-//           and runs decide_systemic (the tracker of the total lives in
+//           detail::total_sq_tree (double, in dynamic shared memory that is
+//           only requested then). The last block to finish (integer counter)
+//           is where phase 2, the selection, happens: it turns the counts
+//           into a SelectRule by the radix select of gnmr/step/select.hpp
+//           (block_radix_select below), sums the block sums by the same
+//           tree, and runs decide_systemic (the tracker of the total lives in
 //           device memory): a SystemicStep next to the rule.
-//   phase3: one thread per unit re-evaluates (pure), applies the rule and
-//           the SystemicStep, runs detail::commit_unit, writes
-//           state/decision/report and folds
-//           a SummaryAcc per block; the last block merges the block
-//           accumulators in a fixed tree, writes the StepSummary and advances
-//           the device step counter.
-// Both kernels move a block's unit states (and phase 3 its reports and
+//   ctrl_commit_summarize (phases 3 and 4): one thread per unit
+//           re-evaluates (pure), applies the rule and the SystemicStep, runs
+//           detail::commit_unit, writes state/decision/report and folds a
+//           SummaryAcc per block; the last block merges the block
+//           accumulators, writes the StepSummary and advances the device
+//           step counter.
+// Both kernels move a block's unit states (and the commit its reports and
 // decisions) through shared memory in coalesced 16-byte words instead of
 // per-thread struct accesses (stage_in/stage_out in block.cuh): at 1M units
-// phase 3 was twice its byte count's time, at 10k units both were bound by
-// per-field transactions on the few SMs a 40-block grid occupies.
+// the commit was twice its byte count's time, at 10k units both were bound
+// by per-field transactions on the few SMs a 40-block grid occupies.
 // Everything that decides is integer or the shared per-unit functors, so the
 // outcome is the host GnmrController's, bit for bit.
 #pragma once
@@ -61,10 +64,10 @@ struct CtrlArgs {
   std::uint64_t* block_top;     // topk keys per block (topk > 0)
   double* block_sq;             // global-clip: each block's sum of squared norms
   gnmr::detail::SelectRule* rule;
-  SystemicStep* sys;            // the step's systemic outcome (phase 1 -> phase 3)
+  SystemicStep* sys;            // the step's systemic outcome (evaluate -> commit)
   GlobalState* global;          // the tracker of the total norm
   gnmr::detail::SummaryAcc* block_acc;
-  unsigned int* counters;  // [0] phase 1, [1] phase 3
+  unsigned int* counters;  // last-block counters: [0] evaluate, [1] commit
   std::uint32_t n;
   std::uint32_t slots;
   std::uint32_t topk;
@@ -77,7 +80,7 @@ struct CtrlArgs {
 constexpr std::size_t kStageBytes = 32u * 1024u;
 template <class State>
 constexpr bool kStageState = sizeof(State) * kSelectThreads <= kStageBytes;
-template <class State>  // uint4 words of phase 3's stage buffer
+template <class State>  // uint4 words of the commit kernel's stage buffer
 constexpr std::size_t kStageWords =
     ((kStageState<State> && sizeof(State) > sizeof(UnitReport) + sizeof(UnitDecision)
           ? sizeof(State)
@@ -152,7 +155,7 @@ __device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std
 }
 
 template <class PS, bool kFinish>
-__global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, const float* __restrict__ in) {
+__global__ void __launch_bounds__(kSelectThreads) ctrl_evaluate_select(CtrlArgs<PS> a, const float* __restrict__ in) {
   __shared__ unsigned long long s_max[2][32];
   __shared__ BlockReduceStorage<std::uint32_t, kSelectThreads> s_red;
   __shared__ std::uint32_t s_tot[3];
@@ -164,7 +167,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, co
   const std::uint32_t base = blockIdx.x * kSelectThreads;
   const std::uint32_t i = base + threadIdx.x;
   const std::int64_t t = *a.step + 1;
-  allow_dependents();  // phase 3's blocks may stage their state meanwhile
+  allow_dependents();  // the commit's blocks may stage their state meanwhile
   if constexpr (kStage) {
     stage_in(s_stage, a.state + base, a.n - base < kSelectThreads ? a.n - base : kSelectThreads);
     __syncthreads();
@@ -245,7 +248,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, co
 }
 
 template <class PS>
-__global__ void __launch_bounds__(kSelectThreads) ctrl_phase3(CtrlArgs<PS> a) {
+__global__ void __launch_bounds__(kSelectThreads) ctrl_commit_summarize(CtrlArgs<PS> a) {
   using Acc = gnmr::detail::SummaryAcc;
   using State = typename PS::UnitState;
   constexpr bool kStage = kStageState<State>;
@@ -260,7 +263,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase3(CtrlArgs<PS> a) {
   State* s_state = reinterpret_cast<State*>(s_stage);
   UnitReport* s_rep = reinterpret_cast<UnitReport*>(s_stage);
   UnitDecision* s_dec = reinterpret_cast<UnitDecision*>(s_rep + kSelectThreads);
-  // Phase 1 only reads the state: staging it may overlap phase 1 (launched
+  // The evaluation only reads the state: staging it may overlap it (launched
   // as its programmatic dependent); its norms, keys and rule may not.
   if constexpr (kStage) stage_in(s_stage, a.state + base, count);
   wait_prior_grid();

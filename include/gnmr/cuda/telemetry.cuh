@@ -83,22 +83,21 @@ class TelemetryDrain {
     // no copy reads uninitialised memory (compute-sanitizer initcheck).
     check(cudaMemset(dev_.get(), 0, bytes_per_slot()), "TelemetryDrain: cudaMemset");
     device_barrier("TelemetryDrain: cudaMemset");
-    for (Slot& sl : slot_) {
-      check(cudaHostAlloc(&sl.host, bytes_per_slot(), cudaHostAllocDefault),
-            "TelemetryDrain: cudaHostAlloc");
-      check(cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming),
-            "TelemetryDrain: cudaEventCreate");
+    try {
+      for (Slot& sl : slot_) {
+        check(cudaHostAlloc(&sl.host, bytes_per_slot(), cudaHostAllocDefault),
+              "TelemetryDrain: cudaHostAlloc");
+        check(cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming),
+              "TelemetryDrain: cudaEventCreate");
+      }
+    } catch (...) {
+      release();  // a throwing constructor runs no destructor
+      throw;
     }
   }
   TelemetryDrain(const TelemetryDrain&) = delete;
   TelemetryDrain& operator=(const TelemetryDrain&) = delete;
-  ~TelemetryDrain() {
-    for (Slot& sl : slot_) {
-      if (sl.pending) cudaEventSynchronize(sl.done);
-      if (sl.done) cudaEventDestroy(sl.done);
-      if (sl.host) cudaFreeHost(sl.host);
-    }
-  }
+  ~TelemetryDrain() { release(); }
 
   // After controller.step(..., stream), same stream: writes whatever earlier
   // step has completed to `log`, then enqueues this step's events.
@@ -169,6 +168,15 @@ class TelemetryDrain {
   std::uint32_t* count_of(unsigned char* b) const { return reinterpret_cast<std::uint32_t*>(b + kCountAt); }
   std::uint32_t* units_of(unsigned char* b) const { return reinterpret_cast<std::uint32_t*>(b + units_at()); }
   UnitReport* reps_of(unsigned char* b) const { return reinterpret_cast<UnitReport*>(b + reps_at()); }
+
+  void release() {
+    for (Slot& sl : slot_) {
+      if (sl.pending) cudaEventSynchronize(sl.done);
+      if (sl.done) cudaEventDestroy(sl.done);
+      if (sl.host) cudaFreeHost(sl.host);
+      sl = Slot{};
+    }
+  }
 
   void write(Slot& sl, EventLog& log, const std::string* names) {
     const std::uint32_t count = *count_of(sl.host);

@@ -18,7 +18,8 @@
 #include <vector>
 
 #include "gnmr/cuda/adamw.cuh"
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/error.cuh"
+#include "gnmr/cuda/memory.cuh"
 #include "gnmr/cuda/presets.cuh"
 #include "gnmr/cuda/unit_norms.cuh"
 

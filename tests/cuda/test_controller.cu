@@ -189,7 +189,7 @@ void test_controller_vs_host() {
     b.lock = 4;
     gnmr::GnmrController<> host(1000, {}, {}, {}, {}, b);
     gnmr::cuda::DeviceController<> dev(1000, {}, {}, {}, {}, b);
-    std::printf("  phase 3 as a programmatic dependent launch: %s\n", dev.programmatic_launch() ? "yes" : "no");
+    std::printf("  commit kernel as a programmatic dependent launch: %s\n", dev.programmatic_launch() ? "yes" : "no");
     compare("default, maxO 3", host, dev, 1000, q ? 30 : 60, 101, false);
   }
   {

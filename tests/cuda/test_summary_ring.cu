@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gnmr/cuda/controller.cuh"
+#include "gnmr/host/controller.hpp"
 #include "gnmr/cuda/summary_ring.cuh"
 #include "harness.cuh"
 #include "../support/trace_gen.hpp"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gnmr/cuda/controller.cuh"
+#include "gnmr/host/controller.hpp"
 #include "gnmr/cuda/telemetry.cuh"
 #include "harness.cuh"
 #include "../support/trace_gen.hpp"

@@ -24,7 +24,8 @@ namespace reference {
 using detail::NormChunk;
 using detail::NormLayout;
 
-// The block reduction the kernel does with __shfl_down_sync: within each
+// The block reduction the kernel does with __shfl_down_sync
+// (gnmr::cuda::detail::block_tree, gnmr/cuda/block.cuh): within each
 // warp offsets 16..1 (lane l takes combine(own, lane l+off)), then warp 0
 // folds the warp results the same way, padded with the identity.
 template <class T, class Merge>

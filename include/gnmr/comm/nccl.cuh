@@ -34,7 +34,7 @@
 #include "gnmr/comm/reducer.hpp"
 #include "gnmr/core/math.hpp"
 #include "gnmr/core/numeric.hpp"
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/error.cuh"
 #include "gnmr/policy/norm.hpp"
 
 namespace gnmr {

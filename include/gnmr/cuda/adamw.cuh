@@ -27,7 +27,10 @@
 #include <vector>
 
 #include "gnmr/cuda/accessors.cuh"
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/chunk_plan.cuh"
+#include "gnmr/cuda/error.cuh"
+#include "gnmr/cuda/grid.cuh"
+#include "gnmr/cuda/memory.cuh"
 #include "gnmr/plan/adamw_plan.hpp"
 
 namespace gnmr {
@@ -65,9 +68,9 @@ class AdamWPlan {
   std::uint64_t elements() const { return elements_; }
   std::uint64_t bytes_per_step() const { return bytes_; }  // minimum traffic: p,g,m,v read, p,m,v written
 
-  const gnmr::detail::AdamWChunk* d_chunks() const { return v_.chunks; }
-  const std::uint32_t* d_unit_chunks() const { return v_.unit_chunks; }
-  unsigned int* d_counters() const { return v_.counters; }
+  const gnmr::detail::AdamWChunk* d_chunks() const { return v_.t.chunks; }
+  const std::uint32_t* d_unit_chunks() const { return v_.t.unit_index; }
+  unsigned int* d_counters() const { return v_.t.counters; }
   UnitState* d_unit_states() const { return v_.state; }
 
   // Per-unit step counters and beta powers (blocking copies, device-wide
@@ -87,19 +90,16 @@ class AdamWPlan {
   void reset() { restore_unit_states(std::vector<UnitState>(units_, gnmr::detail::adamw_unit_init())); }
 
  private:
+  using Tables = detail::ChunkTables<gnmr::detail::AdamWChunk>;
   struct Views {
-    gnmr::detail::AdamWChunk* chunks = nullptr;
-    std::uint32_t* unit_chunks = nullptr;
-    unsigned int* counters = nullptr;
+    Tables t;  // unit_index: chunks per unit
     UnitState* state = nullptr;
     std::size_t bytes = 0;
   };
   static Views carve(void* base, std::size_t chunks, std::size_t units) {
     Carver c(base);
     Views v;
-    v.chunks = c.take<gnmr::detail::AdamWChunk>(chunks);
-    v.unit_chunks = c.take<std::uint32_t>(units);
-    v.counters = c.take<unsigned int>(units);
+    v.t = Tables::carve(c, chunks, units, units);
     v.state = c.take<UnitState>(units);
     v.bytes = c.bytes();
     return v;
@@ -107,12 +107,9 @@ class AdamWPlan {
   AdamWPlan(const gnmr::detail::AdamWLayout& L, void* d_workspace, std::size_t ws_bytes)
       : units_(L.unit_chunks.size()), chunks_(L.chunks.size()), elements_(L.elements), bytes_(L.bytes) {
     const std::size_t need = carve(nullptr, chunks_, units_).bytes;
-    void* base = acquire_workspace(own_, d_workspace, ws_bytes, need, "AdamWPlan");
-    v_ = carve(base, chunks_, units_);
-    upload(v_.chunks, L.chunks.data(), chunks_, "AdamWPlan: upload chunk table");
-    upload(v_.unit_chunks, L.unit_chunks.data(), units_, "AdamWPlan: upload unit table");
-    check(cudaMemset(v_.counters, 0, units_ * sizeof(unsigned int)), "AdamWPlan: zero counters");
-    reset();
+    v_ = carve(acquire_workspace(own_, d_workspace, ws_bytes, need, "AdamWPlan"), chunks_, units_);
+    v_.t.upload(L.chunks, L.unit_chunks, units_, "AdamWPlan");
+    reset();  // uploads the unit states between two device barriers
   }
 
   DeviceBuffer own_;
@@ -227,7 +224,7 @@ __global__ void __launch_bounds__(gnmr::detail::kAdamWThreads)
 // controller's summary (DeviceController::summary()); when given, a step
 // whose skip_step is set (GlobalSkip, Ladder's top rung) changes nothing —
 // pass it whenever the recovery policy can ask for a global skip. Enqueue
-// only. Errors (common.cuh): an empty (default-constructed) plan or invalid
+// only. Errors (error.cuh): an empty (default-constructed) plan or invalid
 // hyperparameters throw std::invalid_argument before anything is enqueued;
 // a launch error is returned.
 inline cudaError_t adamw_step(AdamWPlan& plan, const AdamWParams& h, const UnitDecision* decisions,

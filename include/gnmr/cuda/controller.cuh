@@ -6,7 +6,8 @@
 //   ctl.step(d_partials, stream);                             // step (c)
 //   my_optimizer<<<..., stream>>>(ctl.decisions(), ctl.summary(), ...);  // step (d)
 //
-// A step is two kernel launches on the caller's stream (controller_kernels.cuh;
+// A step is two kernel launches on the caller's stream, ctrl_evaluate_select
+// (whose last block selects) and ctrl_commit_summarize (controller_kernels.cuh;
 // on sm_90+ the second is a programmatic dependent of the first): no
 // allocation, no host synchronisation, no device-to-host copy, and the
 // step counter lives on the device, so the whole sequence can be captured
@@ -21,8 +22,8 @@
 // recovery policy can suggest a global skip (GlobalSkip, Ladder), the
 // summary's skip_step too (step_skipped(); adamw_step's d_summary).
 // With the systemic rule on (ControllerOptions::systemic) the step-wide
-// decision is made in phase 1's last block, and its global state (the
-// tracker of the total norm) lives in device memory with the units
+// decision is made in the last block of the first kernel, and its global
+// state (the tracker of the total norm) lives in device memory with the units
 // (global_state(), copy_global_state(); gnmr::save_state / load_state below
 // and in gnmr/io/state.hpp). Still two launches, no sync, no allocation.
 // Two instances (or two steps of one instance) must not run concurrently on
@@ -38,13 +39,21 @@
 #include <vector>
 
 #include "gnmr/core/types.hpp"
-#include "gnmr/cuda/common.cuh"
 #include "gnmr/cuda/controller_kernels.cuh"
+#include "gnmr/cuda/error.cuh"
+#include "gnmr/cuda/grid.cuh"
+#include "gnmr/cuda/memory.cuh"
 #include "gnmr/cuda/policy_check.cuh"
-#include "gnmr/host/controller.hpp"
 #include "gnmr/io/state.hpp"
+#include "gnmr/policy/budget.hpp"
+#include "gnmr/policy/mean.hpp"
+#include "gnmr/policy/norm.hpp"
+#include "gnmr/policy/recovery.hpp"
+#include "gnmr/policy/trigger.hpp"
 #include "gnmr/step/select.hpp"
 #include "gnmr/step/step.hpp"
+#include "gnmr/step/systemic.hpp"
+#include "gnmr/step/validate.hpp"
 
 namespace gnmr {
 namespace cuda {
@@ -56,8 +65,9 @@ class DeviceController {
   using Policies = gnmr::detail::PolicySet<Norm, Mean, Trigger, Recovery, Budget>;
   using UnitState = typename Policies::UnitState;
 
-  // Validates like GnmrController (std::invalid_argument), allocates every
-  // buffer the steps use and uploads the initial state (synchronously).
+  // Validates like GnmrController (detail::validate_controller:
+  // std::invalid_argument, nothing allocated), allocates every buffer the
+  // steps use and uploads the initial state (synchronously).
   explicit DeviceController(std::size_t num_units, Norm norm = {}, Mean mean = {},
                             Trigger trigger = {}, Recovery recovery = {}, Budget budget = {},
                             ControllerOptions opt = {})
@@ -72,10 +82,9 @@ class DeviceController {
   DeviceController(void* d_workspace, std::size_t ws_bytes, std::size_t num_units, Norm norm = {},
                    Mean mean = {}, Trigger trigger = {}, Recovery recovery = {}, Budget budget = {},
                    ControllerOptions opt = {})
-      : host_check_(validate(num_units, norm, mean, trigger, recovery, budget, opt)),
-        p_{norm, mean, trigger, recovery, budget, opt},
-        n_(num_units) {
+      : p_{norm, mean, trigger, recovery, budget, opt}, n_(num_units) {
     detail::require_device_policies<Policies>();  // members GNMR_HOST_DEVICE, trivially copyable
+    gnmr::detail::validate_controller("DeviceController", n_, p_);
     const std::size_t need = carve(nullptr, n_, budget).bytes;
     void* base = acquire_workspace(own_, d_workspace, ws_bytes, need, "DeviceController");
     b_ = carve(base, n_, budget);
@@ -83,7 +92,7 @@ class DeviceController {
     check(cudaMemset(b_.counters, 0, 2 * sizeof(unsigned int)), "DeviceController: init");
     check(cudaMemset(b_.dec, 0, n_ * sizeof(UnitDecision)), "DeviceController: init");
     check(cudaMemset(b_.rep, 0, n_ * sizeof(UnitReport)), "DeviceController: init");
-    pdl_ = pdl_supported(detail::ctrl_phase3<Policies>);
+    pdl_ = pdl_supported(detail::ctrl_commit_summarize<Policies>);
     reset();
   }
 
@@ -96,8 +105,9 @@ class DeviceController {
   DeviceController& operator=(const DeviceController&) = delete;
 
   std::size_t num_units() const { return n_; }
-  // Whether phase 3 is launched as a programmatic dependent of phase 1
-  // (sm_90+, see pdl_supported); the decisions are the same either way.
+  // Whether the commit kernel is launched as a programmatic dependent of the
+  // evaluate kernel (sm_90+, see pdl_supported); the decisions are the same
+  // either way.
   bool programmatic_launch() const { return pdl_; }
   const Policies& policies() const { return p_; }
 
@@ -233,20 +243,6 @@ class DeviceController {
     return b;
   }
 
-  static bool validate(std::size_t num_units, const Norm& norm, const Mean& mean, const Trigger& trigger,
-                       const Recovery& recovery, const Budget& budget, const ControllerOptions& opt) {
-    // The host controller owns the rules (messages, limits); a throw-away
-    // one-unit instance applies them without duplicating them here.
-    GnmrController<Norm, Mean, Trigger, Recovery, Budget> probe(1, norm, mean, trigger, recovery, budget,
-                                                                 opt);
-    (void)probe;
-    if (num_units == 0) throw std::invalid_argument("gnmr: DeviceController needs at least one unit");
-    if (num_units > 0x7fffffffu)
-      throw std::invalid_argument("gnmr: DeviceController supports at most 2^31-1 units, got " +
-                                  std::to_string(num_units));
-    return true;
-  }
-
   template <bool kFinish>
   cudaError_t launch(const float* in, cudaStream_t stream) {
     detail::CtrlArgs<Policies> a{};
@@ -273,14 +269,14 @@ class DeviceController {
     a.systemic_threshold = threshold_;
     const unsigned int nb = static_cast<unsigned int>(blocks_for(n_));
     // global-clip's per-block tree of squares: dynamic shared memory, so the
-    // other actions (and no rule) keep phase 1's footprint as it was.
+    // other actions (and no rule) keep the evaluate kernel's footprint as it was.
     const std::size_t sq_smem =
         p_.opt.systemic.action == SystemicAction::kGlobalClip ? gnmr::detail::kSelectThreads * sizeof(double) : 0u;
-    detail::ctrl_phase1<Policies, kFinish><<<nb, gnmr::detail::kSelectThreads, sq_smem, stream>>>(a, in);
+    detail::ctrl_evaluate_select<Policies, kFinish><<<nb, gnmr::detail::kSelectThreads, sq_smem, stream>>>(a, in);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    // Phase 3 as a programmatic dependent of phase 1 (sm_90+): its launch and
-    // state staging overlap phase 1 instead of following it.
+    // The commit as a programmatic dependent of the evaluation (sm_90+): its
+    // launch and state staging overlap the evaluation instead of following it.
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(nb);
     cfg.blockDim = dim3(gnmr::detail::kSelectThreads);
@@ -291,12 +287,11 @@ class DeviceController {
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = pdl_ ? 1u : 0u;
-    return cudaLaunchKernelEx(&cfg, detail::ctrl_phase3<Policies>, a);
+    return cudaLaunchKernelEx(&cfg, detail::ctrl_commit_summarize<Policies>, a);
   }
 
   static constexpr const char* kCopy = "DeviceController: download";
 
-  bool host_check_;
   Policies p_;
   std::size_t n_;
   DeviceBuffer own_;

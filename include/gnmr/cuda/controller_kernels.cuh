@@ -1,29 +1,32 @@
 // gnmr/cuda/controller_kernels.cuh — the two kernels of one device
-// controller step (used by gnmr/cuda/controller.cuh).
+// controller step (launched by gnmr/cuda/controller.cuh), covering the four
+// phases of gnmr/step/step.hpp:
 //
-//   phase1: one thread per unit runs detail::evaluate_unit, stores the norm
-//           and the unit's rank key (0 unless it is a candidate), and counts
-//           held slots and candidates per block (__syncthreads_count); with
-//           few slots each block also keeps its top-`slots` keys. With the
+//   ctrl_evaluate_select (phase 1, then phase 2 in its last block): one
+//           thread per unit runs detail::evaluate_unit, stores the norm and
+//           the unit's rank key (0 unless it is a candidate), and counts held
+//           slots and candidates per block (__syncthreads_count); with few
+//           slots each block also keeps its top-`slots` keys. With the
 //           systemic rule on it also counts triggered units, and under
 //           global-clip sums its 256 squared norms by the halving tree of
-//           detail::total_sq_tree (double, in dynamic shared memory that
-//           is only requested then). The last block to finish (integer
-//           counter) turns the counts into a SelectRule by the radix select
-//           of gnmr/step/select.hpp, sums the block sums by the same tree,
-//           and runs decide_systemic (the tracker of the total lives in
+//           detail::total_sq_tree (double, in dynamic shared memory that is
+//           only requested then). The last block to finish (integer counter)
+//           is where phase 2, the selection, happens: it turns the counts
+//           into a SelectRule by the radix select of gnmr/step/select.hpp
+//           (block_radix_select below), sums the block sums by the same
+//           tree, and runs decide_systemic (the tracker of the total lives in
 //           device memory): a SystemicStep next to the rule.
-//   phase3: one thread per unit re-evaluates (pure), applies the rule and
-//           the SystemicStep, runs detail::commit_unit, writes
-//           state/decision/report and folds
-//           a SummaryAcc per block; the last block merges the block
-//           accumulators in a fixed tree, writes the StepSummary and advances
-//           the device step counter.
-// Both kernels move a block's unit states (and phase 3 its reports and
+//   ctrl_commit_summarize (phases 3 and 4): one thread per unit
+//           re-evaluates (pure), applies the rule and the SystemicStep, runs
+//           detail::commit_unit, writes state/decision/report and folds a
+//           SummaryAcc per block; the last block merges the block
+//           accumulators, writes the StepSummary and advances the device
+//           step counter.
+// Both kernels move a block's unit states (and the commit its reports and
 // decisions) through shared memory in coalesced 16-byte words instead of
-// per-thread struct accesses (stage_in/stage_out in common.cuh): at 1M units
-// phase 3 was twice its byte count's time, at 10k units both were bound by
-// per-field transactions on the few SMs a 40-block grid occupies.
+// per-thread struct accesses (stage_in/stage_out in block.cuh): at 1M units
+// the commit was twice its byte count's time, at 10k units both were bound
+// by per-field transactions on the few SMs a 40-block grid occupies.
 // Everything that decides is integer or the shared per-unit functors, so the
 // outcome is the host GnmrController's, bit for bit.
 #pragma once
@@ -34,8 +37,8 @@
 #include <cstdint>
 
 #include "gnmr/core/types.hpp"
-#include "gnmr/cuda/common.cuh"
-#include "gnmr/cuda/total_tree.cuh"
+#include "gnmr/cuda/block.cuh"
+#include "gnmr/cuda/grid.cuh"
 #include "gnmr/step/select.hpp"
 #include "gnmr/step/step.hpp"
 
@@ -44,6 +47,7 @@ namespace cuda {
 namespace detail {
 
 using gnmr::detail::kSelectThreads;
+static_assert(kSelectThreads == kTreeThreads, "global-clip's tree of squares runs one 256-unit block per tree");
 
 template <class PS>
 struct CtrlArgs {
@@ -60,32 +64,14 @@ struct CtrlArgs {
   std::uint64_t* block_top;     // topk keys per block (topk > 0)
   double* block_sq;             // global-clip: each block's sum of squared norms
   gnmr::detail::SelectRule* rule;
-  SystemicStep* sys;            // the step's systemic outcome (phase 1 -> phase 3)
+  SystemicStep* sys;            // the step's systemic outcome (evaluate -> commit)
   GlobalState* global;          // the tracker of the total norm
   gnmr::detail::SummaryAcc* block_acc;
-  unsigned int* counters;  // [0] phase 1, [1] phase 3
+  unsigned int* counters;  // last-block counters: [0] evaluate, [1] commit
   std::uint32_t n;
   std::uint32_t slots;
   std::uint32_t topk;
   std::uint32_t systemic_threshold;  // C: systemic iff more than C units trigger
-};
-
-struct MaxU64 {
-  __device__ __forceinline__ unsigned long long operator()(unsigned long long a,
-                                                           unsigned long long b) const {
-    return a > b ? a : b;
-  }
-};
-struct MinU64 {
-  __device__ __forceinline__ unsigned long long operator()(unsigned long long a,
-                                                           unsigned long long b) const {
-    return a < b ? a : b;
-  }
-};
-struct AddU32 {
-  __device__ __forceinline__ unsigned int operator()(unsigned int a, unsigned int b) const {
-    return a + b;
-  }
 };
 
 // Unit state, reports and decisions move through shared memory (stage_in /
@@ -94,7 +80,7 @@ struct AddU32 {
 constexpr std::size_t kStageBytes = 32u * 1024u;
 template <class State>
 constexpr bool kStageState = sizeof(State) * kSelectThreads <= kStageBytes;
-template <class State>  // uint4 words of phase 3's stage buffer
+template <class State>  // uint4 words of the commit kernel's stage buffer
 constexpr std::size_t kStageWords =
     ((kStageState<State> && sizeof(State) > sizeof(UnitReport) + sizeof(UnitDecision)
           ? sizeof(State)
@@ -102,45 +88,6 @@ constexpr std::size_t kStageWords =
          kSelectThreads +
      15u) /
     16u;
-
-// The block's top-k keys, largest first, zero padded. Keys are unique, so
-// "largest below the previous pick" enumerates them. rounds is block-uniform.
-__device__ __forceinline__ void block_topk(std::uint64_t key, std::uint32_t k, std::uint32_t rounds,
-                                           std::uint64_t* out, unsigned long long (*smax)[32]) {
-  unsigned long long prev = ~0ull;
-  const unsigned lane = threadIdx.x & 31u;
-  const unsigned warp = threadIdx.x >> 5;
-  const unsigned warps = blockDim.x >> 5;
-  for (std::uint32_t j = 0; j < rounds; ++j) {
-    unsigned long long x = key < prev ? key : 0ull;
-#pragma unroll
-    for (unsigned off = 16; off >= 1; off >>= 1) x = MaxU64{}(x, __shfl_xor_sync(0xffffffffu, x, off));
-    if (lane == 0) smax[j & 1u][warp] = x;
-    __syncthreads();  // double buffer: round j+2 rewrites after round j+1's barrier
-    unsigned long long m = 0;
-    for (unsigned w = 0; w < warps; ++w) m = MaxU64{}(m, smax[j & 1u][w]);
-    prev = m;
-    if (threadIdx.x == 0) out[j] = m;
-  }
-  for (std::uint32_t j = rounds + threadIdx.x; j < k; j += blockDim.x) out[j] = 0u;
-}
-
-// Inclusive prefix sum over the block (one value per thread, blockDim == 256).
-__device__ __forceinline__ std::uint32_t block_scan_u32(std::uint32_t x, std::uint32_t* s_warp) {
-  const unsigned lane = threadIdx.x & 31u;
-  const unsigned warp = threadIdx.x >> 5;
-#pragma unroll
-  for (unsigned off = 1; off < 32; off <<= 1) {
-    const std::uint32_t y = __shfl_up_sync(0xffffffffu, x, off);
-    if (lane >= off) x += y;
-  }
-  __syncthreads();
-  if (lane == 31) s_warp[warp] = x;
-  __syncthreads();
-  std::uint32_t base = 0;
-  for (unsigned w = 0; w < warp; ++w) base += s_warp[w];
-  return x + base;
-}
 
 // The radix select of gnmr/step/select.hpp over `m` keys, by one block of
 // 256 threads: per pass a shared histogram (warp-aggregated integer atomics),
@@ -151,9 +98,9 @@ __device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std
                                                                        bool complete) {
   using gnmr::detail::RadixState;
   __shared__ std::uint32_t s_hist[256];
-  __shared__ std::uint32_t s_warp[32];
+  __shared__ BlockScanStorage<kSelectThreads> s_scan;
   __shared__ RadixState s_state;
-  __shared__ unsigned long long s_min[32];
+  __shared__ BlockReduceStorage<unsigned long long, kSelectThreads> s_min;
   __shared__ unsigned long long s_lo;
   const unsigned tid = threadIdx.x;
   const unsigned lane = tid & 31u;
@@ -182,7 +129,7 @@ __device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std
     // the bucket whose digit is >= its own.
     const unsigned d = 255u - tid;
     const std::uint32_t cnt = s_hist[d];
-    const std::uint32_t incl = block_scan_u32(cnt, s_warp);
+    const std::uint32_t incl = block_inclusive_sum<kSelectThreads>(cnt, s_scan);
     const std::uint32_t above = incl - cnt;
     if (gnmr::detail::radix_digit_holds(above, cnt, st.need)) {
       RadixState nx = st;
@@ -199,7 +146,7 @@ __device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std
       const unsigned long long k = __ldcg(reinterpret_cast<const unsigned long long*>(keys) + e);
       if (gnmr::detail::in_bucket(st, k) && k < lo) lo = k;
     }
-    lo = block_tree(lo, ~0ull, MinU64{}, s_min);
+    lo = block_reduce_exact<kSelectThreads>(lo, MinU64{}, s_min);
     if (tid == 0) s_lo = lo;
     __syncthreads();
     lo = s_lo;
@@ -208,9 +155,9 @@ __device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std
 }
 
 template <class PS, bool kFinish>
-__global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, const float* __restrict__ in) {
+__global__ void __launch_bounds__(kSelectThreads) ctrl_evaluate_select(CtrlArgs<PS> a, const float* __restrict__ in) {
   __shared__ unsigned long long s_max[2][32];
-  __shared__ unsigned int s_red[32];
+  __shared__ BlockReduceStorage<std::uint32_t, kSelectThreads> s_red;
   __shared__ std::uint32_t s_tot[3];
   __shared__ int s_last;
   extern __shared__ double s_sq[];  // kSelectThreads doubles, global-clip only
@@ -220,7 +167,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, co
   const std::uint32_t base = blockIdx.x * kSelectThreads;
   const std::uint32_t i = base + threadIdx.x;
   const std::int64_t t = *a.step + 1;
-  allow_dependents();  // phase 3's blocks may stage their state meanwhile
+  allow_dependents();  // the commit's blocks may stage their state meanwhile
   if constexpr (kStage) {
     stage_in(s_stage, a.state + base, a.n - base < kSelectThreads ? a.n - base : kSelectThreads);
     __syncthreads();
@@ -272,11 +219,11 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, co
     c += __ldcg(a.block_counts + 3 * b + 1);
     tr += __ldcg(a.block_counts + 3 * b + 2);
   }
-  h = block_tree(h, 0u, AddU32{}, s_red);
+  h = block_reduce_exact<kSelectThreads>(h, AddU32{}, s_red);
   if (threadIdx.x == 0) s_tot[0] = h;
-  c = block_tree(c, 0u, AddU32{}, s_red);
+  c = block_reduce_exact<kSelectThreads>(c, AddU32{}, s_red);
   if (threadIdx.x == 0) s_tot[1] = c;
-  tr = block_tree(tr, 0u, AddU32{}, s_red);
+  tr = block_reduce_exact<kSelectThreads>(tr, AddU32{}, s_red);
   if (threadIdx.x == 0) s_tot[2] = tr;
   __syncthreads();
   h = s_tot[0];
@@ -301,7 +248,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase1(CtrlArgs<PS> a, co
 }
 
 template <class PS>
-__global__ void __launch_bounds__(kSelectThreads) ctrl_phase3(CtrlArgs<PS> a) {
+__global__ void __launch_bounds__(kSelectThreads) ctrl_commit_summarize(CtrlArgs<PS> a) {
   using Acc = gnmr::detail::SummaryAcc;
   using State = typename PS::UnitState;
   constexpr bool kStage = kStageState<State>;
@@ -316,7 +263,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase3(CtrlArgs<PS> a) {
   State* s_state = reinterpret_cast<State*>(s_stage);
   UnitReport* s_rep = reinterpret_cast<UnitReport*>(s_stage);
   UnitDecision* s_dec = reinterpret_cast<UnitDecision*>(s_rep + kSelectThreads);
-  // Phase 1 only reads the state: staging it may overlap phase 1 (launched
+  // The evaluation only reads the state: staging it may overlap it (launched
   // as its programmatic dependent); its norms, keys and rule may not.
   if constexpr (kStage) stage_in(s_stage, a.state + base, count);
   wait_prior_grid();
@@ -350,27 +297,15 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_phase3(CtrlArgs<PS> a) {
   __syncthreads();
   stage_out(a.rep + base, s_rep, count);
   stage_out(a.dec + base, s_dec, count);
-  // SummaryAcc's merge is exact (integer counts, a total order for the max),
-  // so any fixed tree gives the host's sequential result.
-  s_acc[threadIdx.x] = acc;
-  __syncthreads();
-  for (unsigned s = kSelectThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) s_acc[threadIdx.x].merge(s_acc[threadIdx.x + s]);
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) a.block_acc[blockIdx.x] = s_acc[0];
+  const Acc& block_total = block_merge_tree<kSelectThreads>(acc, s_acc);
+  if (threadIdx.x == 0) a.block_acc[blockIdx.x] = block_total;
   if (!last_block_done(a.counters + 1, gridDim.x, &s_last)) return;
   acc = Acc::zero();
   for (std::uint32_t b = threadIdx.x; b < gridDim.x; b += blockDim.x) acc.merge(load_cg(a.block_acc + b));
-  __syncthreads();
-  s_acc[threadIdx.x] = acc;
-  __syncthreads();
-  for (unsigned s = kSelectThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) s_acc[threadIdx.x].merge(s_acc[threadIdx.x + s]);
-    __syncthreads();
-  }
+  __syncthreads();  // s_acc[0] was read above
+  const Acc& total = block_merge_tree<kSelectThreads>(acc, s_acc);
   if (threadIdx.x == 0) {
-    *a.summary = s_acc[0].finish(t, sys);
+    *a.summary = total.finish(t, sys);
     *a.step = t;
   }
 }

@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "gnmr/core/types.hpp"
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/error.cuh"
 #include "gnmr/detail/ring.hpp"
 
 namespace gnmr {
@@ -106,20 +106,7 @@ class SummaryRing {
   std::uint32_t slots() const { return ring_.size(); }
 
  private:
-  bool done(std::uint32_t s) {
-    const cudaError_t before = cudaPeekAtLastError();
-    const cudaError_t q = cudaEventQuery(events_[s]);
-    if (q == cudaSuccess) return true;
-    if (q == cudaErrorNotReady) {
-      // Not an error, but the runtime may keep it as the last error, which a
-      // caller's cudaGetLastError() after its next launch would then report.
-      // Clear only that: an error of the caller's pending before stays.
-      if (before == cudaSuccess) (void)cudaGetLastError();
-      return false;
-    }
-    check(q, "SummaryRing: cudaEventQuery");
-    return false;
-  }
+  bool done(std::uint32_t s) { return event_done(events_[s], "SummaryRing: cudaEventQuery"); }
 
   void release() {
     for (cudaEvent_t& e : events_) {

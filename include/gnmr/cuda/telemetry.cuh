@@ -21,15 +21,15 @@
 
 #include <cuda_runtime.h>
 
-#include <cub/block/block_scan.cuh>
-
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
 #include "gnmr/core/types.hpp"
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/block.cuh"
+#include "gnmr/cuda/error.cuh"
+#include "gnmr/cuda/memory.cuh"
 #include "gnmr/io/telemetry.hpp"
 
 namespace gnmr {
@@ -47,8 +47,7 @@ __global__ void __launch_bounds__(Threads)
     compact_events(const UnitReport* __restrict__ rep, const StepSummary* __restrict__ summary,
                    std::uint32_t n, std::uint32_t capacity, std::uint32_t* __restrict__ out_units,
                    UnitReport* __restrict__ out_rep, std::uint32_t* __restrict__ out_count) {
-  using Scan = cub::BlockScan<std::uint32_t, Threads>;
-  __shared__ typename Scan::TempStorage tmp;
+  __shared__ BlockScanStorage<Threads> tmp;
   if (!step_has_events(*summary)) {  // the common case: nothing to scan
     if (threadIdx.x == 0) *out_count = 0;
     return;
@@ -57,9 +56,8 @@ __global__ void __launch_bounds__(Threads)
   for (std::uint32_t tile = 0; tile < n; tile += Threads) {
     const std::uint32_t i = tile + threadIdx.x;
     const std::uint32_t has = (i < n && (rep[i].flags & kEventFlags)) ? 1u : 0u;
-    std::uint32_t pos = 0, total = 0;
-    Scan(tmp).ExclusiveSum(has, pos, total);
-    __syncthreads();  // tmp is reused by the next tile
+    std::uint32_t total = 0;
+    const std::uint32_t pos = block_exclusive_sum<Threads>(has, total, tmp);
     const std::uint32_t at = base + pos;
     if (has && at < capacity) {
       out_units[at] = i;
@@ -85,22 +83,21 @@ class TelemetryDrain {
     // no copy reads uninitialised memory (compute-sanitizer initcheck).
     check(cudaMemset(dev_.get(), 0, bytes_per_slot()), "TelemetryDrain: cudaMemset");
     device_barrier("TelemetryDrain: cudaMemset");
-    for (Slot& sl : slot_) {
-      check(cudaHostAlloc(&sl.host, bytes_per_slot(), cudaHostAllocDefault),
-            "TelemetryDrain: cudaHostAlloc");
-      check(cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming),
-            "TelemetryDrain: cudaEventCreate");
+    try {
+      for (Slot& sl : slot_) {
+        check(cudaHostAlloc(&sl.host, bytes_per_slot(), cudaHostAllocDefault),
+              "TelemetryDrain: cudaHostAlloc");
+        check(cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming),
+              "TelemetryDrain: cudaEventCreate");
+      }
+    } catch (...) {
+      release();  // a throwing constructor runs no destructor
+      throw;
     }
   }
   TelemetryDrain(const TelemetryDrain&) = delete;
   TelemetryDrain& operator=(const TelemetryDrain&) = delete;
-  ~TelemetryDrain() {
-    for (Slot& sl : slot_) {
-      if (sl.pending) cudaEventSynchronize(sl.done);
-      if (sl.done) cudaEventDestroy(sl.done);
-      if (sl.host) cudaFreeHost(sl.host);
-    }
-  }
+  ~TelemetryDrain() { release(); }
 
   // After controller.step(..., stream), same stream: writes whatever earlier
   // step has completed to `log`, then enqueues this step's events.
@@ -120,18 +117,9 @@ class TelemetryDrain {
       check(cudaEventSynchronize(mine.done), "TelemetryDrain: cudaEventSynchronize");
       write(mine, log, names);
     }
-    if (prev.pending) {
-      const cudaError_t q = cudaEventQuery(prev.done);
-      if (q == cudaSuccess) {
-        write(prev, log, names);
-      } else if (q == cudaErrorNotReady) {
-        // Not an error, but the runtime may keep it as the last error, and
-        // the launch check below (cudaGetLastError) would then throw it.
-        (void)cudaGetLastError();
-      } else {
-        check(q, "TelemetryDrain: cudaEventQuery");
-      }
-    }
+    // event_done clears the "not ready" it may leave, which the launch
+    // check below (cudaGetLastError) would otherwise throw.
+    if (prev.pending && event_done(prev.done, "TelemetryDrain: cudaEventQuery")) write(prev, log, names);
     auto* d = static_cast<unsigned char*>(dev_.get());
     detail::compact_events<detail::kDrainThreads><<<1, detail::kDrainThreads, 0, stream>>>(
         ctl.reports(), ctl.summary(), n_, cap_, units_of(d), reps_of(d), count_of(d));
@@ -180,6 +168,15 @@ class TelemetryDrain {
   std::uint32_t* count_of(unsigned char* b) const { return reinterpret_cast<std::uint32_t*>(b + kCountAt); }
   std::uint32_t* units_of(unsigned char* b) const { return reinterpret_cast<std::uint32_t*>(b + units_at()); }
   UnitReport* reps_of(unsigned char* b) const { return reinterpret_cast<UnitReport*>(b + reps_at()); }
+
+  void release() {
+    for (Slot& sl : slot_) {
+      if (sl.pending) cudaEventSynchronize(sl.done);
+      if (sl.done) cudaEventDestroy(sl.done);
+      if (sl.host) cudaFreeHost(sl.host);
+      sl = Slot{};
+    }
+  }
 
   void write(Slot& sl, EventLog& log, const std::string* names) {
     const std::uint32_t count = *count_of(sl.host);

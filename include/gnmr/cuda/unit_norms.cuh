@@ -11,8 +11,8 @@
 // block tree; the last block of a unit to finish (an integer counter per
 // unit) folds the unit's chunk partials in chunk order, in double for sums.
 // No float atomics, no order that depends on scheduling: the same bits on
-// every run, and the exact bits gnmr::detail::emulate_unit_partials computes
-// on the host.
+// every run, and the exact bits gnmr::reference::emulate_unit_partials
+// (tests/reference/unit_partials.hpp) computes on the host.
 //
 // One call per plan may be in flight at a time (the per-unit counters and
 // chunk partials live in the plan's workspace). Segment pointers are baked
@@ -28,7 +28,11 @@
 #include <vector>
 
 #include "gnmr/core/dtype.hpp"
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/block.cuh"
+#include "gnmr/cuda/chunk_plan.cuh"
+#include "gnmr/cuda/error.cuh"
+#include "gnmr/cuda/grid.cuh"
+#include "gnmr/cuda/memory.cuh"
 #include "gnmr/plan/norm_plan.hpp"
 #include "gnmr/policy/norm.hpp"
 
@@ -60,7 +64,7 @@ class NormPlan {
   static std::size_t workspace_bytes(const Segment* segs, std::size_t n_segs, std::size_t num_units,
                                      NormPlanOptions opt = {}) {
     const auto L = gnmr::detail::build_norm_layout(segs, n_segs, num_units, opt.chunk_elems);
-    return carve(L.chunks.size(), L.num_units(), nullptr).bytes;
+    return carve(nullptr, L.chunks.size(), L.num_units()).bytes;
   }
   NormPlan(const Segment* segs, std::size_t n_segs, std::size_t num_units, void* d_workspace,
            std::size_t workspace_bytes, NormPlanOptions opt = {})
@@ -73,38 +77,32 @@ class NormPlan {
   std::uint64_t elements() const { return elements_; }
 
   // Device views (for the kernel and for users fusing their own).
-  const gnmr::detail::NormChunk* d_chunks() const { return v_.chunks; }
-  const std::uint32_t* d_unit_begin() const { return v_.unit_begin; }
+  const gnmr::detail::NormChunk* d_chunks() const { return v_.t.chunks; }
+  const std::uint32_t* d_unit_begin() const { return v_.t.unit_index; }
   float* d_chunk_partials() const { return v_.chunk_partials; }
-  unsigned int* d_counters() const { return v_.counters; }
+  unsigned int* d_counters() const { return v_.t.counters; }
 
  private:
+  using Tables = detail::ChunkTables<gnmr::detail::NormChunk>;
   struct Views {
-    gnmr::detail::NormChunk* chunks = nullptr;
-    std::uint32_t* unit_begin = nullptr;
+    Tables t;  // unit_index: where each unit's chunks begin
     float* chunk_partials = nullptr;
-    unsigned int* counters = nullptr;
     std::size_t bytes = 0;
   };
-  static Views carve(std::size_t chunks, std::size_t units, void* base) {
+  static Views carve(void* base, std::size_t chunks, std::size_t units) {
     Carver c(base);
     Views v;
-    v.chunks = c.take<gnmr::detail::NormChunk>(chunks);
-    v.unit_begin = c.take<std::uint32_t>(units + 1);
+    v.t = Tables::carve(c, chunks, units, units + 1);
     v.chunk_partials = c.take<float>(chunks);
-    v.counters = c.take<unsigned int>(units);
     v.bytes = c.bytes();
     return v;
   }
 
   NormPlan(const gnmr::detail::NormLayout& L, void* d_workspace, std::size_t ws_bytes)
       : num_units_(L.num_units()), num_chunks_(L.chunks.size()), bytes_(L.bytes), elements_(L.elements) {
-    const std::size_t need = carve(num_chunks_, num_units_, nullptr).bytes;
-    void* base = acquire_workspace(own_, d_workspace, ws_bytes, need, "NormPlan");
-    v_ = carve(num_chunks_, num_units_, base);
-    upload(v_.chunks, L.chunks.data(), num_chunks_, "NormPlan: upload chunk table");
-    upload(v_.unit_begin, L.unit_begin.data(), num_units_ + 1, "NormPlan: upload unit index");
-    check(cudaMemset(v_.counters, 0, num_units_ * sizeof(unsigned int)), "NormPlan: zero counters");
+    const std::size_t need = carve(nullptr, num_chunks_, num_units_).bytes;
+    v_ = carve(acquire_workspace(own_, d_workspace, ws_bytes, need, "NormPlan"), num_chunks_, num_units_);
+    v_.t.upload(L.chunks, L.unit_begin, num_units_, "NormPlan");
     device_barrier("NormPlan: upload");
   }
 
@@ -186,7 +184,7 @@ __global__ void __launch_bounds__(gnmr::detail::kNormThreads, 4)
 // Writes the NormPolicy partial of every unit of the plan to d_partials
 // (plan.num_units() floats, device memory) on `stream`. Enqueue only: no
 // allocation, no synchronisation; capturable in a CUDA graph. Errors
-// (common.cuh): an empty (default-constructed) plan or a null d_partials
+// (error.cuh): an empty (default-constructed) plan or a null d_partials
 // throws std::invalid_argument before anything is enqueued; a launch error
 // is returned.
 template <class Norm = L2Norm>

@@ -32,6 +32,7 @@
 #include "gnmr/policy/trigger.hpp"
 #include "gnmr/step/step.hpp"
 #include "gnmr/step/systemic.hpp"
+#include "gnmr/step/validate.hpp"
 
 namespace gnmr {
 
@@ -46,13 +47,7 @@ class GnmrController {
                           Trigger trigger = {}, Recovery recovery = {}, Budget budget = {},
                           ControllerOptions opt = {})
       : p_{norm, mean, trigger, recovery, budget, opt} {
-    if (num_units == 0) throw std::invalid_argument("gnmr: GnmrController needs at least one unit");
-    if (num_units > 0x7fffffffu)
-      throw std::invalid_argument("gnmr: GnmrController supports at most 2^31-1 units, got " +
-                                  std::to_string(num_units));
-    const std::string msg = detail::first_error(
-        {norm.check(), mean.check(), trigger.check(), recovery.check(), budget.check(), opt.check()});
-    if (!msg.empty()) throw std::invalid_argument(msg);
+    detail::validate_controller("GnmrController", num_units, p_);
     state_.assign(num_units, Policies::init_unit());
     reports_.assign(num_units, UnitReport{});
     decisions_.assign(num_units, UnitDecision{1.0f, 0u});

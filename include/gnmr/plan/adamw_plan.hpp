@@ -51,9 +51,7 @@ inline AdamWLayout build_adamw_layout(const AdamWTensor* t, std::size_t n, std::
   const std::string f = "gnmr: AdamWPlan: ";
   if (num_units == 0 || num_units > 0x7fffffffu)
     throw std::invalid_argument(f + "num_units must be in [1, 2^31-1], got " + std::to_string(num_units));
-  if (chunk_elems < 8 || chunk_elems % 8 != 0 || chunk_elems > (1ull << 30))
-    throw std::invalid_argument(f + "chunk_elems must be a multiple of 8 in [8, 2^30], got " +
-                                std::to_string(chunk_elems));
+  check_chunk_elems(f, chunk_elems);
   if (t == nullptr && n != 0) throw std::invalid_argument(f + "null tensor array");
   AdamWLayout L;
   L.unit_chunks.assign(num_units, 0);

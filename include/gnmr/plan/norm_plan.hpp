@@ -76,18 +76,25 @@ GNMR_HOST_DEVICE std::uint32_t dtype_size(std::uint32_t d) {
   return d == static_cast<std::uint32_t>(DType::kF32) ? 4u : 2u;
 }
 
+// The chunk size of a chunk plan (this one and adamw_plan.hpp's): a
+// multiple of 8, so that every chunk of a 16-byte-aligned tensor starts
+// 16-byte aligned, and at most 2^30 (a chunk's numel is 32-bit). f: the
+// message prefix ("gnmr: NormPlan: ").
+inline void check_chunk_elems(const std::string& f, std::uint64_t chunk_elems) {
+  if (chunk_elems < 8 || chunk_elems % 8 != 0 || chunk_elems > (1ull << 30))
+    throw std::invalid_argument(f + "chunk_elems must be a multiple of 8 in [8, 2^30], got " +
+                                std::to_string(chunk_elems));
+}
+
 // Validates like host_unit_partials (empty segment, null data, bad dtype,
 // unit out of range, uncovered unit) plus element alignment and the chunk
-// size, then cuts. chunk_elems is a multiple of 8 so that every chunk of a
-// 16-byte-aligned segment starts 16-byte aligned.
+// size (check_chunk_elems), then cuts.
 inline NormLayout build_norm_layout(const Segment* segs, std::size_t n_segs,
                                     std::size_t num_units,
                                     std::uint64_t chunk_elems = kDefaultNormChunk,
                                     const char* fn = "NormPlan") {
   const std::string f = std::string("gnmr: ") + fn + ": ";
-  if (chunk_elems < 8 || chunk_elems % 8 != 0 || chunk_elems > (1ull << 30))
-    throw std::invalid_argument(f + "chunk_elems must be a multiple of 8 in [8, 2^30], got " +
-                                std::to_string(chunk_elems));
+  check_chunk_elems(f, chunk_elems);
   if (num_units > 0x7fffffffu)
     throw std::invalid_argument(f + "at most 2^31-1 units, got " + std::to_string(num_units));
   std::vector<std::uint64_t> per_unit(num_units, 0);

@@ -21,7 +21,8 @@
 #include <vector>
 
 #include "gnmr/cuda/adamw.cuh"
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/error.cuh"
+#include "gnmr/cuda/memory.cuh"
 #include "gnmr/cuda/presets.cuh"
 #include "gnmr/cuda/telemetry.cuh"
 #include "gnmr/cuda/unit_norms.cuh"
@@ -33,7 +34,7 @@ namespace gnmr_py {
 using gnmr::cuda::check;
 using detail::kSummaryBytes;
 using detail::PinnedSlot;
-using detail::query_done;
+using gnmr::cuda::event_done;
 using detail::TraceDrain;
 
 namespace {
@@ -177,7 +178,7 @@ bool DeviceController::ready(int slot) const {
   PinnedSlot& s = impl_->slot(slot);
   if (!s.pending) return true;
   DeviceGuard g(impl_->device);
-  if (!query_done(s.done, "gnmr: cudaEventQuery")) return false;
+  if (!event_done(s.done, "gnmr: cudaEventQuery")) return false;
   s.pending = false;
   return true;
 }

@@ -14,7 +14,7 @@
 #include <cstring>
 
 #include "gnmr/core/types.hpp"
-#include "gnmr/cuda/common.cuh"
+#include "gnmr/cuda/error.cuh"
 #include "gnmr/cuda/presets.cuh"
 #include "logs.hpp"
 
@@ -22,6 +22,7 @@ namespace gnmr_py {
 namespace detail {
 
 using gnmr::cuda::check;
+using gnmr::cuda::event_done;  // "not ready" is not an error
 
 // One pinned host buffer and the event that marks its copy complete.
 struct PinnedSlot {
@@ -43,19 +44,6 @@ struct PinnedSlot {
     done = nullptr;
   }
 };
-
-// A query that says "not yet" is not an error, but the runtime may keep it
-// as the last error, which the next launch check would then report.
-inline bool query_done(cudaEvent_t e, const char* who) {
-  const cudaError_t q = cudaEventQuery(e);
-  if (q == cudaSuccess) return true;
-  if (q == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  check(q, who);
-  return false;
-}
 
 // StepSummary rounded up to 16 bytes: the decisions that follow it in a
 // slot stay 8-byte aligned whatever fields the summary gains.
@@ -81,7 +69,7 @@ class TraceDrain {
       check(cudaEventSynchronize(mine.done), "gnmr: trace: cudaEventSynchronize");
       write(mine, logs);
     }
-    if (prev.pending && query_done(prev.done, "gnmr: trace: cudaEventQuery")) write(prev, logs);
+    if (prev.pending && event_done(prev.done, "gnmr: trace: cudaEventQuery")) write(prev, logs);
     check(c.copy_summary_async(reinterpret_cast<gnmr::StepSummary*>(mine.host), stream),
           "gnmr: trace: copy summary");
     // The norm column of the report array: a strided copy, one float a unit.

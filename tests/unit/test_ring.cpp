@@ -77,3 +77,36 @@ TEST_CASE("RingSlots: newest done matches a brute-force model", "[ring]") {
     }
   }
 }
+
+// SummaryRing::push forgets the slot of a push that failed: an old value
+// under the new push's number, or a copy enqueued without its event, must
+// not be what latest()/wait_newest() return.
+TEST_CASE("RingSlots: a forgotten slot is never the newest, until taken again", "[ring]") {
+  RingSlots r(3);
+  const auto all = [](std::uint32_t) { return true; };
+  CHECK(r.take() == 0u);
+  CHECK(r.take() == 1u);
+  r.forget(1);  // push 2 failed
+  CHECK(r.seq(1) == RingSlots::kNever);
+  CHECK(r.newest() == 0);
+  std::vector<int> asked;
+  CHECK(r.newest_done([&](std::uint32_t s) {
+    asked.push_back(static_cast<int>(s));
+    return true;
+  }) == 0);
+  CHECK(asked == std::vector<int>{0});  // the forgotten slot's event is not even asked
+  CHECK(r.take() == 2u);                // the next push goes on in order
+  CHECK(r.newest() == 2);
+  CHECK(r.take() == 0u);
+  r.forget(0);  // push 4 failed: slot 0 held push 1, which must not come back
+  CHECK(r.newest() == 2);
+  CHECK(r.newest_done(all) == 2);
+  CHECK(r.take() == 1u);  // slot 1 reused by push 5
+  CHECK(r.newest() == 1);
+  CHECK(r.newest_done(all) == 1);
+  RingSlots q(2);
+  q.forget(q.take());  // the only push failed
+  CHECK(q.newest() == -1);
+  CHECK(q.newest_done(all) == -1);
+  CHECK(q.pushed() == 1u);
+}

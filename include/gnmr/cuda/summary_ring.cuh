@@ -73,13 +73,17 @@ class SummaryRing {
 
   // Enqueue: copy *d_value into the next slot, then record its event. A
   // null d_value throws std::invalid_argument (the ring is unchanged); a
-  // copy or event error is returned.
+  // copy or event error is returned, and the slot is forgotten, so that
+  // latest() and wait_newest() never hand back what it held: an older value
+  // under the new push's number, or bytes a copy without an event may still
+  // be writing.
   cudaError_t push(const T* d_value, cudaStream_t stream = 0) {
     if (d_value == nullptr) throw std::invalid_argument("gnmr: SummaryRing::push: null value");
     const std::uint32_t s = ring_.take();
     cudaError_t e =
         cudaMemcpyAsync(host_ + s, d_value, sizeof(T), cudaMemcpyDeviceToHost, stream);
     if (e == cudaSuccess) e = cudaEventRecord(events_[s], stream);
+    if (e != cudaSuccess) ring_.forget(s);
     return e;
   }
 
@@ -93,7 +97,7 @@ class SummaryRing {
   }
 
   // Blocks until the newest push has completed and returns it (end of a
-  // run, tests). Throws if nothing was pushed.
+  // run, tests). Throws if nothing was pushed (or every push failed).
   T wait_newest() {
     const int newest = ring_.newest();
     if (newest < 0) throw std::logic_error("gnmr: SummaryRing::wait_newest: nothing was pushed");

@@ -59,10 +59,23 @@ class RingSlots {
     return best;
   }
 
-  // The slot of the newest push, or -1 if nothing was pushed.
+  // A push whose copy could not be enqueued completely (SummaryRing::push
+  // got an error): slot s holds nothing readable any more — neither the
+  // failed copy nor, since a copy may have been enqueued without its event,
+  // the older value — so neither newest_done() nor newest() returns it
+  // until it is taken again.
+  void forget(std::uint32_t s) { seq_[s] = kNever; }
+
+  // The slot of the newest push that was not forgotten, or -1.
   int newest() const {
-    if (next_ == 1) return -1;
-    return static_cast<int>((next_ - 2) % seq_.size());
+    int best = -1;
+    std::uint64_t best_seq = kNever;
+    for (std::uint32_t s = 0; s < seq_.size(); ++s)
+      if (seq_[s] > best_seq) {
+        best = static_cast<int>(s);
+        best_seq = seq_[s];
+      }
+    return best;
   }
 
  private:

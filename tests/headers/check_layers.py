@@ -33,7 +33,6 @@ RANK = {
 INC = re.compile(r'^\s*#\s*include\s*[<"](gnmr/[^>"]+)[>"]', re.M)
 
 
-
 def main():
     root = pathlib.Path(sys.argv[1])
     bad = []

@@ -13,21 +13,10 @@
 #include <cstdint>
 #include <cstring>
 
-#include "gnmr/config.hpp"
+#include "gnmr/core/math.hpp"
 
 namespace gnmr {
 namespace detail {
-
-GNMR_HOST_DEVICE float bits_to_float(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-GNMR_HOST_DEVICE std::uint32_t float_to_bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
 
 // fp16 magnitude bits (sign cleared) -> fp32 bits. Branch-free so a loop
 // over a buffer vectorises: normals and Inf/NaN are a re-bias of the

@@ -14,30 +14,30 @@
 #include "gnmr/config.hpp"
 
 namespace gnmr {
+namespace detail {
 
-GNMR_HOST_DEVICE bool is_finite(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return (u & 0x7f800000u) != 0x7f800000u;
+// The bit casts every bit-level test below and the half codecs go through.
+GNMR_HOST_DEVICE float bits_to_float(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
 }
-GNMR_HOST_DEVICE bool is_nan(float x) {
+GNMR_HOST_DEVICE std::uint32_t float_to_bits(float f) {
   std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+}  // namespace detail
+
+GNMR_HOST_DEVICE bool is_finite(float x) { return (detail::float_to_bits(x) & 0x7f800000u) != 0x7f800000u; }
+GNMR_HOST_DEVICE bool is_nan(float x) {
+  const std::uint32_t u = detail::float_to_bits(x);
   return (u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0u;
 }
 
-GNMR_HOST_DEVICE float inf_f() {
-  const std::uint32_t u = 0x7f800000u;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-GNMR_HOST_DEVICE float nan_f() {
-  const std::uint32_t u = 0x7fc00000u;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
+GNMR_HOST_DEVICE float inf_f() { return detail::bits_to_float(0x7f800000u); }
+GNMR_HOST_DEVICE float nan_f() { return detail::bits_to_float(0x7fc00000u); }
 
 // Correctly rounded fp32 arithmetic for everything that feeds a decision.
 namespace math {

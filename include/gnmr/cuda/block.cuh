@@ -78,8 +78,14 @@ __device__ __forceinline__ std::uint32_t block_exclusive_sum(std::uint32_t x, st
   return out;
 }
 
-struct AddU32 {
-  __device__ __forceinline__ std::uint32_t operator()(std::uint32_t a, std::uint32_t b) const { return a + b; }
+// Three exact counts reduced together (one reduction instead of three).
+struct Counts3 {
+  std::uint32_t v[3];
+};
+struct AddCounts3 {
+  __device__ __forceinline__ Counts3 operator()(const Counts3& a, const Counts3& b) const {
+    return Counts3{{a.v[0] + b.v[0], a.v[1] + b.v[1], a.v[2] + b.v[2]}};
+  }
 };
 struct MaxU64 {
   __device__ __forceinline__ unsigned long long operator()(unsigned long long a,

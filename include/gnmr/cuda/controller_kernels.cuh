@@ -157,8 +157,8 @@ __device__ __forceinline__ gnmr::detail::SelectRule block_radix_select(const std
 template <class PS, bool kFinish>
 __global__ void __launch_bounds__(kSelectThreads) ctrl_evaluate_select(CtrlArgs<PS> a, const float* __restrict__ in) {
   __shared__ unsigned long long s_max[2][32];
-  __shared__ BlockReduceStorage<std::uint32_t, kSelectThreads> s_red;
-  __shared__ std::uint32_t s_tot[3];
+  __shared__ BlockReduceStorage<Counts3, kSelectThreads> s_red;
+  __shared__ Counts3 s_tot;
   __shared__ int s_last;
   extern __shared__ double s_sq[];  // kSelectThreads doubles, global-clip only
   using State = typename PS::UnitState;
@@ -213,25 +213,22 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_evaluate_select(CtrlArgs<
   if (!last_block_done(a.counters + 0, gridDim.x, &s_last)) return;
 
   // The last block: totals, the systemic outcome, then the rule.
-  std::uint32_t h = 0, c = 0, tr = 0;
+  // The three counts (held, candidates, triggered) in one reduction.
+  Counts3 tot{{0u, 0u, 0u}};
   for (std::uint32_t b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
-    h += __ldcg(a.block_counts + 3 * b);
-    c += __ldcg(a.block_counts + 3 * b + 1);
-    tr += __ldcg(a.block_counts + 3 * b + 2);
+    tot.v[0] += __ldcg(a.block_counts + 3 * b);
+    tot.v[1] += __ldcg(a.block_counts + 3 * b + 1);
+    tot.v[2] += __ldcg(a.block_counts + 3 * b + 2);
   }
-  h = block_reduce_exact<kSelectThreads>(h, AddU32{}, s_red);
-  if (threadIdx.x == 0) s_tot[0] = h;
-  c = block_reduce_exact<kSelectThreads>(c, AddU32{}, s_red);
-  if (threadIdx.x == 0) s_tot[1] = c;
-  tr = block_reduce_exact<kSelectThreads>(tr, AddU32{}, s_red);
-  if (threadIdx.x == 0) s_tot[2] = tr;
+  tot = block_reduce_exact<kSelectThreads>(tot, AddCounts3{}, s_red);
+  if (threadIdx.x == 0) s_tot = tot;
   __syncthreads();
-  h = s_tot[0];
-  c = s_tot[1];
+  const std::uint32_t h = s_tot.v[0];
+  const std::uint32_t c = s_tot.v[1];
   double total_sq = 0.0;
   if (action == SystemicAction::kGlobalClip) total_sq = block_sums_tree(a.block_sq, gridDim.x, s_sq);
   if (threadIdx.x == 0)
-    *a.sys = gnmr::detail::decide_systemic(a.p.opt.systemic, a.systemic_threshold, s_tot[2],
+    *a.sys = gnmr::detail::decide_systemic(a.p.opt.systemic, a.systemic_threshold, s_tot.v[2],
                                            static_cast<float>(total_sq), *a.global);
   const std::uint32_t g = gnmr::detail::grants_wanted(a.slots, h, c);
   gnmr::detail::SelectRule rule;

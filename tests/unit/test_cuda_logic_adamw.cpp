@@ -267,9 +267,9 @@ TEST_CASE("AdamW no-decay tensors: one plan equals two parameter groups", "[cuda
 }
 
 TEST_CASE("AdamW layout and hyperparameters are validated", "[cuda-logic][adamw]") {
-  std::vector<float> a(16);
+  std::vector<float> a(16), b(16), c(16), d(16);
   using gnmr::detail::build_adamw_layout;
-  const gnmr::AdamWTensor ok{a.data(), a.data(), a.data(), a.data(), 16, gnmr::DType::kF32, 0};
+  const gnmr::AdamWTensor ok{a.data(), b.data(), c.data(), d.data(), 16, gnmr::DType::kF32, 0};
   CHECK_NOTHROW(build_adamw_layout(&ok, 1, 1));
   gnmr::AdamWTensor t = ok;
   t.numel = 0;
@@ -279,6 +279,9 @@ TEST_CASE("AdamW layout and hyperparameters are validated", "[cuda-logic][adamw]
   CHECK_THROWS_AS(build_adamw_layout(&t, 1, 1), std::invalid_argument);
   t = ok;
   t.unit = 1;
+  CHECK_THROWS_AS(build_adamw_layout(&t, 1, 1), std::invalid_argument);
+  t = ok;
+  t.exp_avg_sq = a.data() + 8;  // overlaps the weights
   CHECK_THROWS_AS(build_adamw_layout(&t, 1, 1), std::invalid_argument);
   CHECK_THROWS_AS(build_adamw_layout(&ok, 1, 0), std::invalid_argument);
   CHECK_THROWS_AS(build_adamw_layout(&ok, 1, 1, 10), std::invalid_argument);

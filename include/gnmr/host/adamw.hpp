@@ -25,12 +25,65 @@
 #include <string>
 #include <vector>
 
+#include "gnmr/core/parallel.hpp"
 #include "gnmr/core/types.hpp"
 #include "gnmr/optim/adamw.hpp"
 #include "gnmr/plan/adamw_plan.hpp"
 
 namespace gnmr {
 namespace detail {
+
+// The per-unit half of a step: each touched unit's state advanced and its
+// coefficients in coef.
+inline void adamw_units_host(const AdamWLayout& L, const AdamWParams& h, float lr,
+                             const UnitDecision* decisions, AdamWUnitState* units,
+                             std::size_t num_units, AdamWCoef* coef) {
+  for (std::size_t u = 0; u < num_units; ++u) {
+    if (L.unit_chunks[u] == 0) continue;  // no block of the kernel touches it
+    const UnitDecision d = decisions ? decisions[u] : UnitDecision{1.0f, 0u};
+    units[u] = adamw_advance(h, units[u], d.flags);
+    coef[u] = adamw_coef(h, lr, units[u], d);
+  }
+}
+
+// One chunk's elements with the gradient's dtype known at compile time.
+// The tensors of a plan never overlap (build_adamw_layout checks), hence
+// the restrict qualifiers: with them, and the dtype switch out of the loop,
+// the compiler can vectorise it. The arithmetic is adamw_element's, element
+// by element, so the bits are the same.
+template <std::uint32_t kDtype, class G>
+inline void adamw_chunk_elements(const AdamWCoef& k, float* __restrict p, const G* __restrict g,
+                                 float* __restrict m, float* __restrict v, std::uint32_t n) {
+  for (std::uint32_t j = 0; j < n; ++j) {
+    float g_raw;
+    if (kDtype == kDF32)
+      g_raw = static_cast<float>(g[j]);
+    else
+      g_raw = ElemOps<kDtype>::decode(static_cast<std::uint16_t>(g[j]));
+    adamw_element(k, p[j], g_raw, m[j], v[j]);
+  }
+}
+
+// The per-element half over chunks [begin, end) of the plan.
+inline void adamw_chunks_host(const AdamWLayout& L, const AdamWCoef* coef, std::size_t begin,
+                              std::size_t end) {
+  for (std::size_t i = begin; i < end; ++i) {
+    const AdamWChunk& c = L.chunks[i];
+    const AdamWCoef k = chunk_coef(coef[c.unit], c);
+    if (k.flags & kSkip) continue;
+    switch (c.dtype) {
+      case kDF32:
+        adamw_chunk_elements<kDF32>(k, c.p, static_cast<const float*>(c.g), c.m, c.v, c.numel);
+        break;
+      case kDBF16:
+        adamw_chunk_elements<kDBF16>(k, c.p, static_cast<const std::uint16_t*>(c.g), c.m, c.v, c.numel);
+        break;
+      default:
+        adamw_chunk_elements<kDF16>(k, c.p, static_cast<const std::uint16_t*>(c.g), c.m, c.v, c.numel);
+        break;
+    }
+  }
+}
 
 // One guarded step over a plan of host pointers: what the kernel writes.
 // decisions may be null (unguarded); global_skip is the summary's skip_step.
@@ -39,17 +92,8 @@ inline void adamw_step_host(const AdamWLayout& L, const AdamWParams& h, float lr
                             const UnitDecision* decisions, AdamWUnitState* units, std::size_t num_units,
                             AdamWCoef* coef, bool global_skip) {
   if (global_skip) return;
-  for (std::size_t u = 0; u < num_units; ++u) {
-    if (L.unit_chunks[u] == 0) continue;  // no block of the kernel touches it
-    const UnitDecision d = decisions ? decisions[u] : UnitDecision{1.0f, 0u};
-    units[u] = adamw_advance(h, units[u], d.flags);
-    coef[u] = adamw_coef(h, lr, units[u], d);
-  }
-  for (const AdamWChunk& c : L.chunks) {
-    const AdamWCoef k = chunk_coef(coef[c.unit], c);
-    if (k.flags & kSkip) continue;
-    for (std::uint32_t i = 0; i < c.numel; ++i) adamw_element(k, c.p[i], load_grad(c.g, c.dtype, i), c.m[i], c.v[i]);
-  }
+  adamw_units_host(L, h, lr, decisions, units, num_units, coef);
+  adamw_chunks_host(L, coef, 0, L.chunks.size());
 }
 
 }  // namespace detail
@@ -80,12 +124,27 @@ class HostAdamW {
 
   // One step. decisions: num_units() entries, or null for plain AdamW.
   // Throws std::invalid_argument (and changes nothing) on bad parameters.
+  //
+  // With an executor (gnmr/core/parallel.hpp), the work items are the
+  // plan's chunks. Determinism: every element's update depends on its own inputs
+  // and its unit's coefficients alone (computed first, on the calling
+  // thread), so the result is bit-identical whatever the executor.
   void step(const AdamWParams& h, float lr, const UnitDecision* decisions, bool global_skip = false) {
+    step(h, lr, decisions, global_skip, SerialFor{});
+  }
+  template <class ParallelFor>
+  void step(const AdamWParams& h, float lr, const UnitDecision* decisions, bool global_skip,
+            ParallelFor&& pfor) {
     const std::string bad = h.check();
     if (!bad.empty()) throw std::invalid_argument(bad);
     if (layout_.unit_chunks.size() != units_.size()) return;  // no tensors yet
-    detail::adamw_step_host(layout_, h, lr, decisions, units_.data(), units_.size(), coef_.data(),
-                            global_skip);
+    if (global_skip) return;
+    detail::adamw_units_host(layout_, h, lr, decisions, units_.data(), units_.size(), coef_.data());
+    const detail::AdamWLayout& L = layout_;
+    const detail::AdamWCoef* coef = coef_.data();
+    pfor(L.chunks.size(), [&L, coef](std::size_t begin, std::size_t end) {
+      detail::adamw_chunks_host(L, coef, begin, end);
+    });
   }
 
   std::size_t num_units() const { return units_.size(); }

@@ -21,8 +21,10 @@
 // the right call for a gradient that large. NaN/Inf elements propagate to
 // their unit's partial for every norm (Linf uses math::max_nan).
 //
-// A call allocates nothing once a thread has seen the largest num_units
-// (the per-unit double accumulators live in a thread_local buffer).
+// A call allocates nothing once a thread has seen the largest num_units and
+// segment count (the per-unit accumulators and per-segment values live in
+// thread_local buffers of the calling thread). An executor may spread the
+// segments over threads (host_unit_partials' pfor): same bits.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +38,7 @@
 #include "gnmr/core/half.hpp"
 #include "gnmr/core/math.hpp"
 #include "gnmr/core/numeric.hpp"
+#include "gnmr/core/parallel.hpp"
 #include "gnmr/policy/norm.hpp"
 
 namespace gnmr {
@@ -166,6 +169,13 @@ inline std::vector<double>& unit_scratch(std::size_t num_units) {
   return acc;
 }
 
+// One value per segment (host_unit_partials' first pass), reused the same way.
+inline std::vector<double>& segment_scratch(std::size_t n_segs) {
+  thread_local std::vector<double> seg;
+  if (seg.size() < n_segs) seg.resize(n_segs);
+  return seg;
+}
+
 }  // namespace detail
 
 // Whether every unit must own a segment. A whole model's layout must (a unit
@@ -178,9 +188,19 @@ enum class Coverage { kEveryUnit, kShard };
 // std::invalid_argument (naming the segment) on an empty segment, null data,
 // an unknown dtype, unit >= num_units, num_units == 0, or (kEveryUnit) a unit
 // with no segment; nothing is read and partials is untouched when it throws.
-template <class Norm = L2Norm>
+//
+// With an executor: pfor(n, fn) must call fn(begin, end) on disjoint ranges
+// covering [0, n), on any threads, and return when all are done (e.g. a
+// wrapper of at::parallel_for or an OpenMP loop). Each segment's reduction
+// is computed alone, with its own fixed order, into its own slot; the slots
+// are then folded into their units in segment order on the calling thread.
+// Determinism: the result is bit-identical to the serial call's whatever the
+// executor, the thread count or the ranges (a max-combined custom policy,
+// whose fold is element by element, runs serially).
+template <class Norm = L2Norm, class ParallelFor = SerialFor>
 void host_unit_partials(const Segment* segs, std::size_t n_segs, float* partials,
-                        std::size_t num_units, Coverage coverage = Coverage::kEveryUnit) {
+                        std::size_t num_units, Coverage coverage = Coverage::kEveryUnit,
+                        ParallelFor&& pfor = ParallelFor{}) {
   constexpr detail::HostKernel kernel = detail::host_kernel<Norm>();
   const char* fn = "host_unit_partials";
   if (partials == nullptr) throw std::invalid_argument("gnmr: host_unit_partials: null partials");
@@ -194,35 +214,47 @@ void host_unit_partials(const Segment* segs, std::size_t n_segs, float* partials
                                      "gnmr::Coverage::kShard");
     acc[u] = 0.0;
   }
-  // Every unit now holds 0, the identity of the built-in partials; a custom
-  // max-combined policy starts from its own identity.
-  if (kernel == detail::HostKernel::kGenericMax)
+  if (kernel == detail::HostKernel::kGenericMax) {
+    // A custom max-combined policy starts from its own identity and folds
+    // element by element, in segment order.
     for (std::size_t u = 0; u < num_units; ++u) acc[u] = static_cast<double>(Norm::identity());
-
-  for (std::size_t i = 0; i < n_segs; ++i) {
-    const Segment& s = segs[i];
-    double& a = acc[s.unit];
-    if (kernel == detail::HostKernel::kSumSquares) {
-      a += detail::sumsq_segment(s);
-    } else if (kernel == detail::HostKernel::kMaxAbs) {
-      // acc holds floats exactly; 0 is the identity of max |x|.
-      a = static_cast<double>(math::max_nan(static_cast<float>(a), detail::maxabs_segment(s)));
-    } else if (kernel == detail::HostKernel::kGenericSum) {
-      double sum = 0.0;
-      for (std::uint64_t j = 0; j < s.numel; ++j)
-        sum += static_cast<double>(Norm::element(detail::load_element(s, j)));
-      a += sum;
-    } else {
-      float m = static_cast<float>(a);
+    for (std::size_t i = 0; i < n_segs; ++i) {
+      const Segment& s = segs[i];
+      float m = static_cast<float>(acc[s.unit]);
       for (std::uint64_t j = 0; j < s.numel; ++j)
         m = Norm::combine(m, Norm::element(detail::load_element(s, j)));
-      a = static_cast<double>(m);
+      acc[s.unit] = static_cast<double>(m);
+    }
+  } else {
+    // Every unit holds 0, the identity of the other partials. Each segment's
+    // value: its sum (double) or its max |x| (a float, exact in double).
+    std::vector<double>& seg = detail::segment_scratch(n_segs);
+    pfor(n_segs, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) {
+        const Segment& s = segs[i];
+        if (kernel == detail::HostKernel::kSumSquares) {
+          seg[i] = detail::sumsq_segment(s);
+        } else if (kernel == detail::HostKernel::kMaxAbs) {
+          seg[i] = static_cast<double>(detail::maxabs_segment(s));
+        } else {
+          double sum = 0.0;
+          for (std::uint64_t j = 0; j < s.numel; ++j)
+            sum += static_cast<double>(Norm::element(detail::load_element(s, j)));
+          seg[i] = sum;
+        }
+      }
+    });
+    for (std::size_t i = 0; i < n_segs; ++i) {
+      double& a = acc[segs[i].unit];
+      if (kernel == detail::HostKernel::kMaxAbs)
+        a = static_cast<double>(math::max_nan(static_cast<float>(a), static_cast<float>(seg[i])));
+      else
+        a += seg[i];
     }
   }
   for (std::size_t u = 0; u < num_units; ++u) partials[u] = detail::to_float_rn(acc[u]);
 }
 
-// partials.size() is the number of units.
 template <class Norm = L2Norm>
 void host_unit_partials(const std::vector<Segment>& segs, std::vector<float>& partials,
                         Coverage coverage = Coverage::kEveryUnit) {

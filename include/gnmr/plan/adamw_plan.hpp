@@ -71,6 +71,19 @@ inline AdamWLayout build_adamw_layout(const AdamWTensor* t, std::size_t n, std::
         reinterpret_cast<std::uintptr_t>(x.exp_avg_sq) % 4 ||
         reinterpret_cast<std::uintptr_t>(x.grad) % es)
       throw std::invalid_argument(at + " is not aligned to its element size");
+    // The weights, the gradient and the two moments are four distinct
+    // buffers (the host loop is compiled with restrict pointers on that
+    // promise, and an update in place of its own input is a caller's bug).
+    {
+      const auto lo = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q); };
+      const std::uintptr_t b[4] = {lo(x.param), lo(x.grad), lo(x.exp_avg), lo(x.exp_avg_sq)};
+      const std::uintptr_t len[4] = {x.numel * 4u, x.numel * es, x.numel * 4u, x.numel * 4u};
+      const char* name[4] = {"param", "grad", "exp_avg", "exp_avg_sq"};
+      for (int a = 0; a < 4; ++a)
+        for (int c = a + 1; c < 4; ++c)
+          if (b[a] < b[c] + len[c] && b[c] < b[a] + len[a])
+            throw std::invalid_argument(at + ": its " + name[a] + " and " + name[c] + " overlap");
+    }
     for (std::uint64_t off = 0; off < x.numel; off += chunk_elems) {
       AdamWChunk c{};
       c.p = x.param + off;

@@ -346,6 +346,22 @@ class Controller:
         self._core.close_events()
         self._core.close_trace()
 
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "Controller":
+        """A controller over the deep copies of the watched tensors (the
+        ones ``copy.deepcopy`` of the model in the same call makes, via
+        ``memo``), with the same preset, overrides, units and state. Logs
+        are not copied: the copy writes none until told to."""
+        import copy
+
+        units = {name: [copy.deepcopy(t, memo) for t in members]
+                 for name, members in zip(self._names, self._members)}
+        if _C.is_global(self._preset):
+            units = {"global": units["global"]}
+        twin = Controller(units, self._preset, **self._overrides)
+        twin._core.load(bytes(self._core.save()))
+        memo[id(self)] = twin
+        return twin
+
     def __enter__(self) -> "Controller":
         return self
 

@@ -27,14 +27,21 @@ class AdamW(torch.optim.Optimizer):
 
     Args:
         params: parameters or parameter groups, as for torch.optim.AdamW;
-            every parameter must be watched by ``controller`` and be float32
-            (the kernel keeps fp32 weights and moments; gradients may be
-            float32, bfloat16 or float16).
+            every parameter that requires grad must be watched by
+            ``controller`` and be float32 (the kernel keeps fp32 weights and
+            moments; torch gives an fp32 parameter an fp32 gradient). A
+            frozen parameter the controller does not watch is accepted and
+            never updated, as torch.optim.AdamW leaves a parameter without
+            gradient.
         lr, betas, eps, weight_decay: torch.optim.AdamW's, per group. On
             CUDA ``lr`` may be a one-element float32 CUDA tensor, read by the
             kernel (a captured graph then follows an LR schedule).
         controller: the controller whose decisions guard the update. Do not
             call ``controller.step()`` yourself: this optimizer does.
+        foreach, fused, capturable: accepted as torch.optim.AdamW accepts
+            them; they change nothing (the step is always one fused pass,
+            capturable on CUDA). amsgrad, maximize, differentiable: only
+            False (ValueError otherwise).
 
     Raises ValueError for invalid hyperparameters (the C++ message), a
     parameter the controller does not watch, on another device, or not
@@ -47,30 +54,74 @@ class AdamW(torch.optim.Optimizer):
 
     def __init__(self, params: Union[Iterable[torch.Tensor], Iterable[Dict[str, Any]]],
                  lr: Union[float, torch.Tensor] = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2, *, controller: Controller) -> None:
+                 eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
+                 controller: Controller, maximize: bool = False, foreach: Optional[bool] = None,
+                 capturable: bool = False, differentiable: bool = False,
+                 fused: Optional[bool] = None) -> None:
         if not isinstance(controller, Controller):
             raise TypeError(f"gnmr: AdamW needs controller=gnmr.Controller(...), got "
                             f"{type(controller).__name__}")
         self.controller = controller
         self._cores: Optional[List[Any]] = None
-        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        self._frozen: List[Tuple[int, torch.Tensor]] = []
+        # torch.optim.AdamW's flags, so that code written for it (and its
+        # state dicts) works unchanged. The step is always one fused pass,
+        # and on CUDA always capturable: foreach, fused and capturable are
+        # accepted and change nothing. What the kernel does not do is refused.
+        defaults = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                        maximize=maximize, foreach=foreach, capturable=capturable,
+                        differentiable=differentiable, fused=fused)
+        _check_flags(defaults)
         super().__init__(params, defaults)
 
     # -------------------------------------------------------------- groups ---
     def add_param_group(self, param_group: Dict[str, Any]) -> None:
-        """torch's add_param_group, plus gnmr's checks of the new group."""
+        """torch's add_param_group, plus gnmr's checks of the new group. The
+        groups already there keep their bias-correction steps."""
+        # The per-unit steps live in the C++ cores: write them back into the
+        # state first, or the rebuilt cores would restart every group at 0.
+        self._store_unit_states()
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         ctl = self.controller
-        for p in group["params"]:
-            ctl.unit_of(p)  # ValueError if not watched
-            if p.dtype != torch.float32:
-                raise ValueError(f"gnmr: AdamW keeps fp32 weights; a parameter is {p.dtype}")
-            if p.device != ctl.device:
-                raise ValueError(f"gnmr: AdamW: a parameter is on {p.device}, the controller on "
-                                 f"{ctl.device}")
+        for i, p in enumerate(group["params"]):
+            if self._watched(p, len(self.param_groups) - 1, i):
+                if p.dtype != torch.float32:
+                    raise ValueError(f"gnmr: AdamW keeps fp32 weights; {self._label(p)} is {p.dtype}")
+                if p.device != ctl.device:
+                    raise ValueError(f"gnmr: AdamW: {self._label(p)} is on {p.device}, the "
+                                     f"controller on {ctl.device}")
+        _check_flags(group)
         self._hyper(group)
         self._cores = None
+
+    def _label(self, p: torch.Tensor) -> str:
+        for k, g in enumerate(self.param_groups):
+            for i, q in enumerate(g["params"]):
+                if q is p:
+                    return f"parameter {i} of group {k} (shape {list(p.shape)})"
+        return f"a parameter of shape {list(p.shape)}"
+
+    def _watched(self, p: torch.Tensor, k: int, i: int) -> bool:
+        """Whether the controller watches p. A frozen parameter (no
+        requires_grad) it does not watch is accepted, as torch.optim.AdamW
+        accepts it, and never updated; any other unwatched one is an error."""
+        try:
+            self.controller.unit_of(p)
+            return True
+        except ValueError:
+            if not p.requires_grad:
+                return False
+            raise ValueError(f"gnmr: AdamW: parameter {i} of group {k} (shape {list(p.shape)}) "
+                             "requires grad but is not watched by the controller; build the "
+                             "controller over the same parameters (gnmr.Controller(model))") from None
+
+    def _split(self, group: Dict[str, Any], k: int) -> Tuple[List[torch.Tensor], List[torch.Tensor]]:
+        """(watched, frozen-and-unwatched) parameters of group k."""
+        watched, frozen = [], []
+        for i, p in enumerate(group["params"]):
+            (watched if self._watched(p, k, i) else frozen).append(p)
+        return watched, frozen
 
     def _hyper(self, group: Dict[str, Any]) -> Tuple[Tuple[float, ...], int]:
         """(lr, beta1, beta2, eps, weight_decay), checked, and the device
@@ -95,8 +146,10 @@ class AdamW(torch.optim.Optimizer):
         ctl = self.controller
         cuda = ctl.device.type == "cuda"
         cores = []
+        frozen: List[Tuple[int, torch.Tensor]] = []
         for k, group in enumerate(self.param_groups):
-            params = group["params"]
+            params, idle = self._split(group, k)
+            frozen += [(k, p) for p in idle]
             units = [ctl.unit_of(p) for p in params]
             for p in params:
                 st = self.state[p]
@@ -111,19 +164,21 @@ class AdamW(torch.optim.Optimizer):
                 core = _C.CudaAdamW(params, units, ms, vs, labels, ctl.num_units, ctl.device.index)
             else:
                 core = _C.HostAdamW(params, units, ms, vs, labels, ctl.num_units)
-            core.set_states(self._unit_states(group, units))
+            core.set_states(self._unit_states(params, group, units))
             cores.append(core)
         self._cores = cores
+        self._frozen = frozen
         return cores
 
-    def _unit_states(self, group: Dict[str, Any], units: List[int]) -> List[Tuple[int, float, float]]:
+    def _unit_states(self, params: List[torch.Tensor], group: Dict[str, Any],
+                     units: List[int]) -> List[Tuple[int, float, float]]:
         """Per-unit (step, beta1^step, beta2^step) from the parameters' state
         (a torch.optim.AdamW state gets its beta powers recomputed)."""
         beta1, beta2 = (float(b) for b in group["betas"])
         states = [(0, 1.0, 1.0)] * self.controller.num_units
         seen: Dict[int, Tuple[int, float, float]] = {}
-        for p, u in zip(group["params"], units):
-            st = self.state[p]
+        for p, u in zip(params, units):
+            st = self.state.get(p, {})
             if "step" not in st:
                 continue
             step = int(st["step"].item() if isinstance(st["step"], torch.Tensor) else st["step"])
@@ -154,7 +209,7 @@ class AdamW(torch.optim.Optimizer):
         for group, packed_group, core in zip(self.param_groups, sd["param_groups"], self._cores):
             states = core.states()
             for p, idx in zip(group["params"], packed_group["params"]):
-                if idx in packed:
+                if idx in packed and "exp_avg" in packed[idx]:
                     step, b1, b2 = states[self.controller.unit_of(p)]
                     # A copy: packed[idx] is the very dict of self.state[p].
                     packed[idx] = dict(packed[idx], step=int(step), beta1_pow=float(b1),
@@ -165,9 +220,24 @@ class AdamW(torch.optim.Optimizer):
         """torch's load_state_dict; a torch.optim.AdamW state dict loads too
         (its per-tensor steps become the units' steps)."""
         super().load_state_dict(state_dict)
-        for group in self.param_groups:  # a bad state raises here, not mid-step
-            self._unit_states(group, [self.controller.unit_of(p) for p in group["params"]])
+        for k, group in enumerate(self.param_groups):  # a bad state raises here, not mid-step
+            _check_flags(group)
+            params, _ = self._split(group, k)
+            self._unit_states(params, group, [self.controller.unit_of(p) for p in params])
         self._cores = None
+
+    def _store_unit_states(self) -> None:
+        """Writes the cores' per-unit (step, beta1_pow, beta2_pow) into
+        ``self.state`` before the cores are rebuilt."""
+        if self._cores is None:
+            return
+        for group, core in zip(self.param_groups, self._cores):
+            states = core.states()
+            for p in group["params"]:
+                st = self.state.get(p)
+                if st and "exp_avg" in st:
+                    step, b1, b2 = states[self.controller.unit_of(p)]
+                    st.update(step=int(step), beta1_pow=float(b1), beta2_pow=float(b2))
 
     # ---------------------------------------------------------------- step ---
     def zero_grad(self, set_to_none: bool = False) -> None:
@@ -189,6 +259,11 @@ class AdamW(torch.optim.Optimizer):
                 loss = closure()
         hyper = [self._hyper(g) for g in self.param_groups]
         cores = self._ensure_cores()
+        for k, p in self._frozen:
+            if p.grad is not None:
+                raise ValueError(f"gnmr: AdamW: {self._label(p)} has a gradient but the "
+                                 "controller does not watch it (it was frozen when the controller "
+                                 "was built): build a new controller and optimizer after unfreezing")
         ctl = self.controller
         if ctl.device.type == "cuda":
             stream = torch.cuda.current_stream(ctl.device).cuda_stream
@@ -204,3 +279,10 @@ class AdamW(torch.optim.Optimizer):
             for core, (h, _) in zip(cores, hyper):
                 core.step(ctl._core, *h)
         return loss
+
+
+def _check_flags(group: Dict[str, Any]) -> None:
+    """torch.optim.AdamW's flags that gnmr's kernel does not implement."""
+    for flag in ("amsgrad", "maximize", "differentiable"):
+        if group.get(flag, False):
+            raise ValueError(f"gnmr: AdamW does not support {flag}=True")

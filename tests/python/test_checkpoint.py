@@ -5,6 +5,7 @@ raises ValueError and changes nothing.
 """
 from __future__ import annotations
 
+import copy
 import io
 
 import pytest
@@ -139,7 +140,10 @@ def test_torch_adamw_state_loads_into_gnmr_adamw():
     twin = make_model(12)
     twin.load_state_dict(model.state_dict())
     twin_opt = torch.optim.AdamW(twin.parameters(), lr=3e-3)
-    twin_opt.load_state_dict(plain.state_dict())
+    # A copy: torch 2.x's load_state_dict keeps the very moment tensors it is
+    # given (1.13 deep-copied them), so twin_opt and opt would share them and
+    # both would step them.
+    twin_opt.load_state_dict(copy.deepcopy(plain.state_dict()))
 
     opt = gnmr.optim.AdamW(model.parameters(), lr=3e-3, controller=ctl)
     opt.load_state_dict(plain.state_dict())

@@ -2,6 +2,8 @@
 // (cores.hpp).
 #include "cores.hpp"
 
+#include <ATen/Parallel.h>
+
 #include <stdexcept>
 #include <utility>
 
@@ -16,6 +18,18 @@ namespace {
 const float kHostZero = 0.0f;
 
 const std::uint8_t* bytes_of(const std::string& s) { return reinterpret_cast<const std::uint8_t*>(s.data()); }
+
+// gnmr's host executor (gnmr/core/parallel.hpp) on torch's intra-op thread
+// pool (torch.get_num_threads()): the norms spread their segments and the
+// AdamW its chunks over it, with the same bits as one thread.
+struct AtenFor {
+  template <class F>
+  void operator()(std::size_t n, F&& fn) const {
+    at::parallel_for(0, static_cast<std::int64_t>(n), 1, [&fn](std::int64_t b, std::int64_t e) {
+      fn(static_cast<std::size_t>(b), static_cast<std::size_t>(e));
+    });
+  }
+};
 
 [[noreturn]] void refuse_under_capture(const char* what) {
   throw std::runtime_error(std::string("gnmr: ") + what +
@@ -45,7 +59,7 @@ HostCore::HostCore(const std::string& preset, const gnmr::presets::Options& opti
 const gnmr::StepSummary& HostCore::step(bool apply) {
   grads_.gather(&kHostZero);  // validates every gradient first
   gnmr::host_unit_partials(grads_.segments().data(), grads_.segments().size(), partials_.data(),
-                           partials_.size());
+                           partials_.size(), gnmr::Coverage::kEveryUnit, AtenFor{});
   const gnmr::StepSummary& s = ctl_->step(partials_);
   logs_.write(s, ctl_->reports().data());
   if (apply) grads_.apply(ctl_->decisions().data(), s.skip_step != 0);
@@ -114,7 +128,7 @@ void HostAdamW::prepare() {
 
 void HostAdamW::step(const HostCore& ctl, const gnmr::AdamWParams& h) {
   if (table_.tensors().empty()) return;
-  opt_.step(h, h.lr, ctl.decisions().data(), ctl.summary().skip_step != 0);
+  opt_.step(h, h.lr, ctl.decisions().data(), ctl.summary().skip_step != 0, AtenFor{});
 }
 
 

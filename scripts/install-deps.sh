@@ -15,14 +15,13 @@ set -euo pipefail
 # picture) are for gnmr-demo (docs/demo.md); gnuplot-nox also draws
 # gnmr-replay's plots. clang + libclang-rt-14-dev (libFuzzer and the
 # sanitizer runtimes of Debian 12's clang 14) are for scripts/hardening.sh.
-# The python3-* packages and pybind11-dev are for the Python package
-# (python/, docs/python.md): Debian's torch for /usr/bin/python3, what
-# `python3 -m venv --system-site-packages` + `pip install
-# --no-build-isolation ./python` need offline, and pytest for tests/python.
+# python3-venv, python3-pip and python3-dev let /usr/bin/python3 make the
+# Python package's venv (python/, docs/python.md) where no other python3
+# can; torch 2.13 itself comes from pip (tests/python/requirements.txt), not
+# Debian (whose python3-torch is 1.13, no longer a target).
 packages=(build-essential cmake ninja-build catch2 libbenchmark-dev openmpi-bin libopenmpi-dev
   libtorch-dev libopenblas0-pthread fortunes gnuplot-nox clang libclang-rt-14-dev
-  python3-torch python3-dev python3-venv python3-pip python3-setuptools python3-wheel
-  python3-pytest pybind11-dev "$@")
+  python3-dev python3-venv python3-pip "$@")
 
 if ! command -v dpkg >/dev/null 2>&1; then
   echo "install-deps: no dpkg (not Debian/Ubuntu); install these yourself: ${packages[*]}" >&2

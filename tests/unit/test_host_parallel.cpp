@@ -206,6 +206,26 @@ TEST_CASE("HostAdamW::step: the same bits on any executor, and as element by ele
   CHECK(a.unit_states()[1].step == b.unit_states()[1].step);
 }
 
+TEST_CASE("HostAdamW: the AVX2 build of the loop gives the scalar build's bits", "[adamw][host][simd]") {
+  if (!gnmr::detail::host_has_avx2()) {
+    WARN("no AVX2 on this CPU: only the portable loop ran");
+    return;
+  }
+  Opt a(9), b(9);
+  const auto La = gnmr::detail::build_adamw_layout(a.t.data(), a.t.size(), 3, 4096);
+  const auto Lb = gnmr::detail::build_adamw_layout(b.t.data(), b.t.size(), 3, 4096);
+  std::vector<gnmr::AdamWUnitState> sa(3, gnmr::detail::adamw_unit_init()), sb = sa;
+  std::vector<gnmr::detail::AdamWCoef> ca(3), cb(3);
+  const std::vector<gnmr::UnitDecision> d = {{0.5f, gnmr::kInRecovery}, {1.0f, 0u}, {1.0f, gnmr::kResetMoments}};
+  for (int step = 0; step < 3; ++step) {
+    gnmr::detail::adamw_units_host(La, hyper(), hyper().lr, d.data(), sa.data(), 3, ca.data());
+    gnmr::detail::adamw_units_host(Lb, hyper(), hyper().lr, d.data(), sb.data(), 3, cb.data());
+    gnmr::detail::adamw_chunks_host(La, ca.data(), 0, La.chunks.size(), /*avx2=*/false);
+    gnmr::detail::adamw_chunks_host(Lb, cb.data(), 0, Lb.chunks.size(), /*avx2=*/true);
+    REQUIRE(a.same(b));
+  }
+}
+
 TEST_CASE("AdamW plans refuse a tensor whose buffers overlap", "[adamw][host][validation]") {
   std::vector<float> buf(300, 1.0f), g(100, 0.5f), v(100, 0.0f);
   gnmr::AdamWTensor t{buf.data(), g.data(), buf.data() + 50, v.data(), 100, gnmr::DType::kF32, 0, true};

@@ -49,8 +49,10 @@ inline void adamw_units_host(const AdamWLayout& L, const AdamWParams& h, float l
 // One chunk's elements with the gradient's dtype known at compile time.
 // The tensors of a plan never overlap (build_adamw_layout checks), hence
 // the restrict qualifiers: with them, and the dtype switch out of the loop,
-// the compiler can vectorise it. The arithmetic is adamw_element's, element
-// by element, so the bits are the same.
+// the compiler can vectorise it (given -fno-math-errno: sqrtf's errno path
+// otherwise keeps every compiler scalar; the Python binding passes it). The
+// arithmetic is adamw_element's, element by element, so the bits are the
+// same however many lanes run it.
 template <std::uint32_t kDtype, class G>
 inline void adamw_chunk_elements(const AdamWCoef& k, float* __restrict p, const G* __restrict g,
                                  float* __restrict m, float* __restrict v, std::uint32_t n) {
@@ -64,22 +66,56 @@ inline void adamw_chunk_elements(const AdamWCoef& k, float* __restrict p, const 
   }
 }
 
+// The same loop compiled for AVX2, chosen at run time where the CPU has it
+// (a header-only library cannot assume -march). IEEE single-precision add,
+// multiply, divide and square root are correctly rounded at any vector
+// width, and contraction is off (gnmr's usage requirement), so both paths
+// give the same bits (tests/unit/test_host_parallel.cpp checks them).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
+#define GNMR_HOST_AVX2 1
+template <std::uint32_t kDtype, class G>
+__attribute__((target("avx2"))) void adamw_chunk_elements_avx2(const AdamWCoef& k, float* __restrict p,
+                                                               const G* __restrict g, float* __restrict m,
+                                                               float* __restrict v, std::uint32_t n) {
+  adamw_chunk_elements<kDtype>(k, p, g, m, v, n);
+}
+inline bool host_has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") != 0;
+  return yes;
+}
+#else
+#define GNMR_HOST_AVX2 0
+inline bool host_has_avx2() { return false; }
+#endif
+
+template <std::uint32_t kDtype, class G>
+inline void adamw_chunk_dispatch(const AdamWCoef& k, float* p, const G* g, float* m, float* v,
+                                 std::uint32_t n, bool avx2) {
+#if GNMR_HOST_AVX2
+  if (avx2) return adamw_chunk_elements_avx2<kDtype>(k, p, g, m, v, n);
+#endif
+  (void)avx2;
+  adamw_chunk_elements<kDtype>(k, p, g, m, v, n);
+}
+
 // The per-element half over chunks [begin, end) of the plan.
+// avx2: run the AVX2 build of the loop (host_has_avx2() by default; the
+// tests force each path).
 inline void adamw_chunks_host(const AdamWLayout& L, const AdamWCoef* coef, std::size_t begin,
-                              std::size_t end) {
+                              std::size_t end, bool avx2 = host_has_avx2()) {
   for (std::size_t i = begin; i < end; ++i) {
     const AdamWChunk& c = L.chunks[i];
     const AdamWCoef k = chunk_coef(coef[c.unit], c);
     if (k.flags & kSkip) continue;
     switch (c.dtype) {
       case kDF32:
-        adamw_chunk_elements<kDF32>(k, c.p, static_cast<const float*>(c.g), c.m, c.v, c.numel);
+        adamw_chunk_dispatch<kDF32>(k, c.p, static_cast<const float*>(c.g), c.m, c.v, c.numel, avx2);
         break;
       case kDBF16:
-        adamw_chunk_elements<kDBF16>(k, c.p, static_cast<const std::uint16_t*>(c.g), c.m, c.v, c.numel);
+        adamw_chunk_dispatch<kDBF16>(k, c.p, static_cast<const std::uint16_t*>(c.g), c.m, c.v, c.numel, avx2);
         break;
       default:
-        adamw_chunk_elements<kDF16>(k, c.p, static_cast<const std::uint16_t*>(c.g), c.m, c.v, c.numel);
+        adamw_chunk_dispatch<kDF16>(k, c.p, static_cast<const std::uint16_t*>(c.g), c.m, c.v, c.numel, avx2);
         break;
     }
   }

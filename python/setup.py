@@ -63,12 +63,20 @@ def extension():
     # (gnmr's CMake target gives every consumer this flag; here it is ours).
     # -g0: Python's own CFLAGS ask for debug info, which triples the build
     # time and the size of the module for no user benefit.
-    cxx = ["-O3", "-g0", cxx_std(), "-ffp-contract=off", "-Wall", "-Wextra",
-           "-Wno-unused-parameter", "-Wno-deprecated-declarations"]
+    # -fopenmp: torch's at::parallel_for (the CPU norms and AdamW use it) is
+    # an inline OpenMP loop when torch's parallel backend is OpenMP, as in
+    # the PyPI wheels; without the flag it compiles to one thread. The
+    # runtime is the libgomp.so.1 torch itself loaded (same soname), so
+    # torch.set_num_threads governs it.
+    omp = ["-fopenmp"] if "OpenMP" in torch.__config__.parallel_info() else []
+    # -fno-math-errno: sqrtf's errno path keeps the host AdamW loop scalar
+    # (it changes no result: gnmr never reads errno).
+    cxx = ["-O3", "-g0", cxx_std(), "-ffp-contract=off", "-fno-math-errno", "-Wall", "-Wextra",
+           "-Wno-unused-parameter", "-Wno-deprecated-declarations"] + omp
     nvcc = ["-O3", cxx_std(), "-Xcompiler=-ffp-contract=off"]
     kind = cpp_extension.CUDAExtension if cuda else cpp_extension.CppExtension
     return kind(name="gnmr._C", sources=sources, include_dirs=[inc, os.path.join(HERE, CSRC)],
-                extra_compile_args={"cxx": cxx, "nvcc": nvcc}), version(inc)
+                extra_compile_args={"cxx": cxx, "nvcc": nvcc}, extra_link_args=omp), version(inc)
 
 
 ext, ver = extension()

@@ -1,0 +1,33 @@
+"""The integration examples under examples/python run as documented (a few
+steps each): they are the exact code docs/python.md shows. Each skips
+without its framework."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+TEXT = "/usr/share/games/fortunes"
+
+CASES = [
+    ("hf_trainer.py", "transformers", ["--steps", "12", "--spike-at", "8", "--text", TEXT], "controller steps: 12"),
+    ("lightning_fit.py", "lightning", ["--steps", "12", "--spike-at", "8", "--text", TEXT], "controller steps 12"),
+    ("torchao_float8.py", "torchao", ["--steps", "30", "--spike-at", "20"], "high precision: ['2']"),
+]
+
+
+@pytest.mark.parametrize("script,module,args,expect", CASES, ids=[c[0] for c in CASES])
+def test_example_runs(tmp_path, script, module, args, expect):
+    pytest.importorskip(module)
+    if TEXT in args and not os.path.isdir(TEXT):
+        pytest.skip(f"no {TEXT} (Debian: fortunes)")
+    if script != "torchao_float8.py":
+        args = args + ["--out", str(tmp_path / "out")]
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "python" / script)] + args,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert expect in r.stdout, r.stdout[-3000:]

@@ -101,6 +101,15 @@ class GnmrCallback(TrainerCallback):
     def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
         if optimizer is None:
             raise ValueError("gnmr: GnmrCallback: the Trainer passed no optimizer")
+        # fp16 AMP: gnmr must read unscaled gradients. When the Trainer
+        # clipped, it unscaled already (a second unscale_ raises: ignored);
+        # otherwise unscale here, and the scaler's step will not do it again.
+        scaler = getattr(optimizer, "scaler", None)
+        if scaler is not None and getattr(scaler, "is_enabled", lambda: False)():
+            try:
+                scaler.unscale_(unwrap_optimizer(optimizer))
+            except RuntimeError:
+                pass
         self.tally.add(guarded_step(self.controller, optimizer, self._clip))
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):

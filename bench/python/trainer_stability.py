@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""trainer_stability.py — gnmr's stability benchmark on a stack that is not
+ours: a small Llama from `transformers` (config only), trained on the
+fortunes text through `transformers.Trainer`, its linear layers in torchao's
+float8 (tensorwise dynamic scaling, on the CPU), under the benchmark's
+operator-outlier stressor. Protocol and results: docs/stability.md, "On the
+Hugging Face stack".
+
+Arms (every arm meets the same data, initial weights and events):
+  low         float8 linears, the recipe alone (AdamW, warm-up + cosine,
+              weight decay 0.1 on matrices, the Trainer's clip at 1.0)
+  high        the same model without float8 (fp32 GEMMs)
+  gnmr        low + GnmrCallback(preset "gnmr") over one unit per operator,
+              granted operators promoted to high precision for their lock
+  stabilizer  low + GnmrCallback(preset "stabilizer"): Stable-SPAM's
+              per-unit gradient normalisation (the benchmark's strongest rival)
+
+Stressor (demo/stress.hpp's operator-outliers, the same parameters): events
+at `--per-100` per 100 steps from step 30, each multiplying 4 input channels
+of one random float8 operator's input by a log-uniform factor in
+[factor_min, factor_max] for 1-5 consecutive steps; drawn from the seed.
+
+    python bench/python/trainer_stability.py --arms low,high,gnmr,stabilizer \
+        --seeds 101-120 --out build/trainer-stability [--jobs 2]
+
+Writes one CSV row per run (arm, seed, final validation loss, promoted
+operator-steps, wall seconds) to OUT/results.csv; runs already there are
+not run again. --summary prints paired differences with bootstrap 95%
+intervals.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import random
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+SEQ = 64
+
+
+def parse_seeds(s: str):
+    out = []
+    for part in s.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out += list(range(int(a), int(b) + 1))
+        else:
+            out.append(int(part))
+    return out
+
+
+def load_bytes(path: str):
+    import torch
+
+    p = Path(path)
+    files = sorted(f for f in p.iterdir() if f.is_file() and not f.suffix) if p.is_dir() else [p]
+    data = b"".join(f.read_bytes() for f in files)
+    return torch.tensor(list(data), dtype=torch.long)
+
+
+def schedule(seed: int, steps: int, ops, per_100: float, fmin: float, fmax: float):
+    """[(op name, start, len, factor, channels)], the demo's rules."""
+    rng = random.Random(seed * 7919 + 17)
+    n = round(per_100 * steps / 100)
+    ev = []
+    for _ in range(n):
+        name, width = ops[rng.randrange(len(ops))]
+        length = rng.randint(1, 5)
+        factor = math.exp(rng.uniform(math.log(fmin), math.log(fmax)))
+        for _ in range(1000):
+            start = rng.randint(30, steps - 5)
+            if all(s != start and not (o == name and start < s + ln and s < start + length)
+                   for o, s, ln, _, _ in ev):
+                break
+        chans = sorted(rng.sample(range(width), 4))
+        ev.append((name, start, length, factor, chans))
+    return sorted(ev, key=lambda e: e[1])
+
+
+def run(arm: str, seed: int, a) -> dict:
+    import torch
+    import transformers
+    from torchao.float8 import convert_to_float8_training
+
+    import gnmr
+    from gnmr.integrations import torchao as gnmr_ao
+    from gnmr.integrations.hf import GnmrCallback
+
+    torch.set_num_threads(1)
+    t0 = time.time()
+    data = load_bytes(a.text)
+    n_val = 64 * SEQ
+    train, val = data[:-n_val], data[-n_val:].view(-1, SEQ)
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, len(train) - SEQ, (a.steps * a.batch,), generator=g)
+    xs = torch.stack([train[s:s + SEQ] for s in starts.tolist()])
+
+    class DS(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(xs)
+
+        def __getitem__(self, i):
+            return {"input_ids": xs[i], "labels": xs[i]}
+
+    cfg = transformers.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=192,
+                                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                                   max_position_embeddings=SEQ)
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(cfg)
+    lin = [(n, m.in_features) for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    events = schedule(seed, a.steps, lin, a.per_100, a.factor_min, a.factor_max)
+    step = {"t": 0}
+    mods = dict(model.named_modules())
+    for name, width in lin:
+        def hook(mod, args, name=name, width=width):
+            for o, s, ln, f, ch in events:
+                if o == name and s <= step["t"] < s + ln:
+                    gain = torch.ones(width)
+                    gain[ch] = f
+                    return (args[0] * gain,)
+            return None
+        mods[name].register_forward_pre_hook(hook)
+    if arm != "high":
+        convert_to_float8_training(model)
+    callbacks = []
+    ctl = None
+    if arm in ("gnmr", "stabilizer"):
+        ctl = gnmr.Controller(gnmr_ao.operator_units(model), arm)
+        if arm == "gnmr":
+            gnmr_ao.enable_promotion(model, ctl)
+        callbacks.append(GnmrCallback(ctl))
+    promoted = {"n": 0}
+
+    class Clock(transformers.TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            step["t"] = state.global_step
+            if arm == "gnmr" and ctl.last_summary is not None:
+                promoted["n"] += len(ctl.promoted_units())
+
+    callbacks.append(Clock())
+    args = transformers.TrainingArguments(
+        output_dir=os.path.join(a.out, "tmp", f"{arm}-{seed}"), max_steps=a.steps,
+        per_device_train_batch_size=a.batch, learning_rate=a.lr, warmup_steps=20,
+        lr_scheduler_type="cosine", weight_decay=0.1, max_grad_norm=1.0, adam_beta2=0.95,
+        logging_strategy="no", save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
+        seed=seed, data_seed=seed)
+    tr = transformers.Trainer(model=model, args=args, train_dataset=DS(), callbacks=callbacks)
+    tr.train()
+    model.eval()
+    with torch.no_grad():
+        if arm == "gnmr":
+            gnmr_ao.disable_promotion(model)
+        val_loss = float(model(input_ids=val, labels=val).loss)
+    return {"arm": arm, "seed": seed, "val_loss": val_loss, "promoted_op_steps": promoted["n"],
+            "ops": len(lin), "steps": a.steps, "events": len(events), "wall_s": round(time.time() - t0, 1)}
+
+
+def bootstrap(d, reps=10000, rng=None):
+    rng = rng or random.Random(0)
+    n = len(d)
+    means = sorted(sum(d[rng.randrange(n)] for _ in range(n)) / n for _ in range(reps))
+    return means[int(0.025 * reps)], means[int(0.975 * reps) - 1]
+
+
+def summary(path: Path) -> None:
+    rows = list(csv.DictReader(open(path)))
+    by = {}
+    for r in rows:
+        by.setdefault(r["arm"], {})[int(r["seed"])] = float(r["val_loss"])
+    arms = list(by)
+    print(f"{'arm':12s} {'n':>3s} {'val mean':>9s} {'d(low)':>9s} {'95% CI':>22s} {'better':>7s}")
+    low = by.get("low", {})
+    for arm in arms:
+        v = by[arm]
+        seeds = sorted(set(v) & set(low))
+        mean = sum(v.values()) / len(v)
+        if arm == "low" or not seeds:
+            print(f"{arm:12s} {len(v):3d} {mean:9.4f}")
+            continue
+        d = [v[s] - low[s] for s in seeds]
+        lo, hi = bootstrap(d)
+        better = sum(x < 0 for x in d)
+        print(f"{arm:12s} {len(seeds):3d} {mean:9.4f} {sum(d) / len(d):+9.4f} [{lo:+.4f}, {hi:+.4f}] "
+              f"{better:3d}/{len(d)}")
+    if "high" in by and low:
+        seeds = sorted(set(by["high"]) & set(low))
+        gap = [low[s] - by["high"][s] for s in seeds]
+        for arm in arms:
+            if arm in ("low", "high"):
+                continue
+            ss = [s for s in seeds if s in by[arm]]
+            if not ss:
+                continue
+            rng = random.Random(1)
+            ratios = []
+            for _ in range(5000):
+                pick = [ss[rng.randrange(len(ss))] for _ in ss]
+                num = sum(low[s] - by[arm][s] for s in pick)
+                den = sum(low[s] - by["high"][s] for s in pick)
+                if den != 0:
+                    ratios.append(num / den)
+            ratios.sort()
+            point = sum(low[s] - by[arm][s] for s in ss) / sum(low[s] - by["high"][s] for s in ss)
+            print(f"gap closed by {arm}: {point:.2f} [{ratios[int(0.025 * len(ratios))]:.2f}, "
+                  f"{ratios[int(0.975 * len(ratios)) - 1]:.2f}] (ratio of mean differences; "
+                  f"low-high gap {sum(gap) / len(gap):+.4f})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--arms", default="low,high,gnmr,stabilizer")
+    ap.add_argument("--seeds", default="1-3")
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--per-100", type=float, default=2.0)
+    ap.add_argument("--factor-min", type=float, default=50.0)
+    ap.add_argument("--factor-max", type=float, default=500.0)
+    ap.add_argument("--text", default="/usr/share/games/fortunes")
+    ap.add_argument("--out", default="build/trainer-stability")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--summary", action="store_true", help="only print the summary of OUT/results.csv")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    res = out / "results.csv"
+    if a.summary:
+        summary(res)
+        return
+    done = set()
+    if res.exists():
+        done = {(r["arm"], int(r["seed"])) for r in csv.DictReader(open(res))}
+    todo = [(arm, s) for s in parse_seeds(a.seeds) for arm in a.arms.split(",") if (arm, s) not in done]
+    fields = ["arm", "seed", "val_loss", "promoted_op_steps", "ops", "steps", "events", "wall_s"]
+    new = not res.exists()
+    with open(res, "a", newline="") as f, ProcessPoolExecutor(a.jobs) as pool:
+        w = csv.DictWriter(f, fieldnames=fields)
+        if new:
+            w.writeheader()
+        for r in pool.map(run, [t[0] for t in todo], [t[1] for t in todo], [a] * len(todo)):
+            w.writerow(r)
+            f.flush()
+            print(f"{r['arm']:11s} seed {r['seed']:4d}  val {r['val_loss']:.4f}  "
+                  f"promoted op-steps {r['promoted_op_steps']:4d}  {r['wall_s']:.0f} s", flush=True)
+    summary(res)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

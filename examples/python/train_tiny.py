@@ -20,9 +20,9 @@ and the norm trace (replay it: gnmr-replay OUT/trace.csv --preset gnmr),
 checkpoints {model, optim, gnmr} half-way, reloads the checkpoint into fresh
 objects and finishes from there.
 
-    ENV/bin/python examples/python/train_tiny.py [--steps 400] [--device cpu]
+    .venv/bin/python examples/python/train_tiny.py [--steps 400] [--device cpu]
 
-(ENV: the venv of docs/python.md, where gnmr is installed.) The defaults
+(.venv: the venv of docs/python.md, where gnmr is installed.) The defaults
 took 69 s on the shared two-core development machine.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ cost next to nothing and what remains is the binding: reading 201 .grad,
 the controller step, returning the summary), and gnmr.optim.AdamW.step()
 against torch.optim.AdamW.step() on the same tensors.
 
-    ENV/bin/python tests/python/bench_overhead_cpu.py
+    .venv/bin/python tests/python/bench_overhead_cpu.py
 
 Median of 7 repetitions of 2000 steps each; microseconds per step.
 """

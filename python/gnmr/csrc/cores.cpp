@@ -22,14 +22,30 @@ const std::uint8_t* bytes_of(const std::string& s) { return reinterpret_cast<con
 // gnmr's host executor (gnmr/core/parallel.hpp) on torch's intra-op thread
 // pool (torch.get_num_threads()): the norms spread their segments and the
 // AdamW its chunks over it, with the same bits as one thread.
+// Below kSerialWork elements in all, one thread: a parallel region costs
+// microseconds, more than such a step's arithmetic.
+constexpr std::uint64_t kSerialWork = std::uint64_t{1} << 16;
+
 struct AtenFor {
+  std::uint64_t work;  // elements the call touches in all
   template <class F>
   void operator()(std::size_t n, F&& fn) const {
+    if (work < kSerialWork) {
+      if (n != 0) fn(std::size_t{0}, n);
+      return;
+    }
     at::parallel_for(0, static_cast<std::int64_t>(n), 1, [&fn](std::int64_t b, std::int64_t e) {
       fn(static_cast<std::size_t>(b), static_cast<std::size_t>(e));
     });
   }
 };
+
+template <class T>
+std::uint64_t total_numel(const std::vector<T>& xs) {
+  std::uint64_t n = 0;
+  for (const T& x : xs) n += x.numel;
+  return n;
+}
 
 [[noreturn]] void refuse_under_capture(const char* what) {
   throw std::runtime_error(std::string("gnmr: ") + what +
@@ -59,7 +75,8 @@ HostCore::HostCore(const std::string& preset, const gnmr::presets::Options& opti
 const gnmr::StepSummary& HostCore::step(bool apply) {
   grads_.gather(&kHostZero);  // validates every gradient first
   gnmr::host_unit_partials(grads_.segments().data(), grads_.segments().size(), partials_.data(),
-                           partials_.size(), gnmr::Coverage::kEveryUnit, AtenFor{});
+                           partials_.size(), gnmr::Coverage::kEveryUnit,
+                           AtenFor{total_numel(grads_.segments())});
   const gnmr::StepSummary& s = ctl_->step(partials_);
   logs_.write(s, ctl_->reports().data());
   if (apply) grads_.apply(ctl_->decisions().data(), s.skip_step != 0);
@@ -128,7 +145,8 @@ void HostAdamW::prepare() {
 
 void HostAdamW::step(const HostCore& ctl, const gnmr::AdamWParams& h) {
   if (table_.tensors().empty()) return;
-  opt_.step(h, h.lr, ctl.decisions().data(), ctl.summary().skip_step != 0, AtenFor{});
+  opt_.step(h, h.lr, ctl.decisions().data(), ctl.summary().skip_step != 0,
+            AtenFor{total_numel(table_.tensors())});
 }
 
 

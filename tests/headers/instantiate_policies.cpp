@@ -33,8 +33,8 @@ template struct gnmr::detail::CheckPolicies<gnmr::RmsNorm, gnmr::WindowMean<16>,
                                             gnmr::ZScoreTrigger, gnmr::Ladder, gnmr::Unlimited>;
 
 #define GNMR_INSTANTIATE_NORM(N)                                                               \
-  template void gnmr::host_unit_partials<N>(const gnmr::Segment*, std::size_t, float*,         \
-                                            std::size_t, gnmr::Coverage);                      \
+  template void gnmr::host_unit_partials<N, gnmr::SerialFor>(                                  \
+      const gnmr::Segment*, std::size_t, float*, std::size_t, gnmr::Coverage, gnmr::SerialFor&&); \
   template std::vector<float> gnmr::host_unit_partials<N>(const std::vector<gnmr::Segment>&,   \
                                                           std::size_t, gnmr::Coverage);        \
   template std::vector<std::uint64_t> gnmr::unit_numel<N>(const std::vector<gnmr::Segment>&,   \

@@ -190,6 +190,11 @@ def summary(path: Path) -> None:
     if "high" in by and low:
         seeds = sorted(set(by["high"]) & set(low))
         gap = [low[s] - by["high"][s] for s in seeds]
+        glo, ghi = bootstrap(gap)
+        if not glo > 0:
+            print(f"low-high gap {sum(gap) / len(gap):+.4f} [{glo:+.4f}, {ghi:+.4f}]: high precision is not "
+                  "better than low by an interval that excludes zero, so a gap-closed ratio is not defined")
+            return
         for arm in arms:
             if arm in ("low", "high"):
                 continue

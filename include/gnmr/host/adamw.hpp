@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "gnmr/core/cpu.hpp"
 #include "gnmr/core/parallel.hpp"
 #include "gnmr/core/types.hpp"
 #include "gnmr/optim/adamw.hpp"
@@ -67,31 +68,23 @@ inline void adamw_chunk_elements(const AdamWCoef& k, float* __restrict p, const 
 }
 
 // The same loop compiled for AVX2, chosen at run time where the CPU has it
-// (a header-only library cannot assume -march). IEEE single-precision add,
+// (gnmr/core/cpu.hpp). IEEE single-precision add,
 // multiply, divide and square root are correctly rounded at any vector
 // width, and contraction is off (gnmr's usage requirement), so both paths
 // give the same bits (tests/unit/test_host_parallel.cpp checks them).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__CUDACC__)
-#define GNMR_HOST_AVX2 1
+#if GNMR_HOST_X86_SIMD
 template <std::uint32_t kDtype, class G>
 __attribute__((target("avx2"))) void adamw_chunk_elements_avx2(const AdamWCoef& k, float* __restrict p,
                                                                const G* __restrict g, float* __restrict m,
                                                                float* __restrict v, std::uint32_t n) {
   adamw_chunk_elements<kDtype>(k, p, g, m, v, n);
 }
-inline bool host_has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") != 0;
-  return yes;
-}
-#else
-#define GNMR_HOST_AVX2 0
-inline bool host_has_avx2() { return false; }
 #endif
 
 template <std::uint32_t kDtype, class G>
 inline void adamw_chunk_dispatch(const AdamWCoef& k, float* p, const G* g, float* m, float* v,
                                  std::uint32_t n, bool avx2) {
-#if GNMR_HOST_AVX2
+#if GNMR_HOST_X86_SIMD
   if (avx2) return adamw_chunk_elements_avx2<kDtype>(k, p, g, m, v, n);
 #endif
   (void)avx2;

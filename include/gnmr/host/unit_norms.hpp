@@ -39,57 +39,14 @@
 #include "gnmr/core/math.hpp"
 #include "gnmr/core/numeric.hpp"
 #include "gnmr/core/parallel.hpp"
+#include "gnmr/host/sumsq.hpp"
 #include "gnmr/policy/norm.hpp"
 
 namespace gnmr {
 
 namespace detail {
 
-// ---- Per-dtype kernels --------------------------------------------------
-// 8 independent double accumulators: the add latency is hidden and GCC/Clang
-// turn the block into packed converts, multiplies and adds. The final tree
-// is fixed, so the result depends on the data alone.
-constexpr std::size_t kLanes = 8;
-
-GNMR_HOST_DEVICE double tree8(const double* a) {
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
-
-// sq(element) -> its square in double; inlined, so each instantiation
-// vectorises like a hand-written loop.
-template <class T, class Sq>
-inline double sumsq_lanes(const T* p, std::uint64_t n, Sq sq) {
-  double a[kLanes] = {};
-  std::uint64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (std::size_t j = 0; j < kLanes; ++j) a[j] += sq(p[i + j]);
-  for (std::size_t j = 0; i < n; ++i, ++j) a[j] += sq(p[i]);
-  return tree8(a);
-}
-
-inline double sumsq_f32(const float* p, std::uint64_t n) {
-  return sumsq_lanes(p, n, [](float v) {
-    const double x = static_cast<double>(v);
-    return x * x;
-  });
-}
-
-inline double sumsq_bf16(const std::uint16_t* p, std::uint64_t n) {
-  return sumsq_lanes(p, n, [](std::uint16_t b) {
-    const double x = static_cast<double>(bf16_to_float(b));
-    return x * x;
-  });
-}
-
-inline double sumsq_f16(const std::uint16_t* p, std::uint64_t n) {
-  // The sign does not matter for a square: decode the magnitude only. The
-  // square of an fp16 value is exact in fp32 (11-bit significands, 2^-48 ..
-  // 2^32), so it is formed there and only summed in double.
-  return sumsq_lanes(p, n, [](std::uint16_t b) {
-    const float x = bits_to_float(fp16_mag_to_f32_bits(b));
-    return static_cast<double>(x * x);
-  });
-}
+// Sums of squares per dtype: gnmr/host/sumsq.hpp.
 
 // max |x| on the bit patterns: with the sign cleared, IEEE magnitudes order
 // like integers and every NaN sorts above Inf, so an integer max (which
@@ -134,8 +91,8 @@ inline float maxabs_segment(const Segment& s) {
 inline double sumsq_segment(const Segment& s) {
   switch (s.dtype) {
     case DType::kF32: return sumsq_f32(static_cast<const float*>(s.data), s.numel);
-    case DType::kBF16: return sumsq_bf16(static_cast<const std::uint16_t*>(s.data), s.numel);
-    case DType::kF16: return sumsq_f16(static_cast<const std::uint16_t*>(s.data), s.numel);
+    case DType::kBF16: return sumsq_bf16_any(static_cast<const std::uint16_t*>(s.data), s.numel);
+    case DType::kF16: return sumsq_f16_any(static_cast<const std::uint16_t*>(s.data), s.numel);
   }
   return static_cast<double>(nan_f());
 }

@@ -11,9 +11,9 @@
 //   controller.step(partials);
 //
 // Precision: sums of squares are accumulated in double within a segment
-// (several independent accumulators, so the compiler can pipeline and
-// vectorise) and combined per unit in double, in segment order, then rounded
-// to float once. The result is therefore deterministic for a given layout,
+// (in lanes, in the order gnmr/host/sumsq.hpp defines, whichever instruction
+// set runs it) and combined per unit in double, in segment order, then
+// rounded to float once. The result is therefore deterministic for a given layout,
 // within about one fp32 ulp of the exact value, but not bit-identical to a
 // GPU reduction (different summation tree). A unit whose exact sum of squares
 // exceeds FLT_MAX (|g|_2 > ~1.8e19) rounds to +Inf: the controller then sees

@@ -84,15 +84,19 @@ class AdamW(torch.optim.Optimizer):
         super().add_param_group(param_group)
         group = self.param_groups[-1]
         ctl = self.controller
-        for i, p in enumerate(group["params"]):
-            if self._watched(p, len(self.param_groups) - 1, i):
-                if p.dtype != torch.float32:
-                    raise ValueError(f"gnmr: AdamW keeps fp32 weights; {self._label(p)} is {p.dtype}")
-                if p.device != ctl.device:
-                    raise ValueError(f"gnmr: AdamW: {self._label(p)} is on {p.device}, the "
-                                     f"controller on {ctl.device}")
-        _check_flags(group)
-        self._hyper(group)
+        try:
+            for i, p in enumerate(group["params"]):
+                if self._watched(p, len(self.param_groups) - 1, i):
+                    if p.dtype != torch.float32:
+                        raise ValueError(f"gnmr: AdamW keeps fp32 weights; {self._label(p)} is {p.dtype}")
+                    if p.device != ctl.device:
+                        raise ValueError(f"gnmr: AdamW: {self._label(p)} is on {p.device}, the "
+                                         f"controller on {ctl.device}")
+            _check_flags(group)
+            self._hyper(group)
+        except (ValueError, TypeError):
+            self.param_groups.pop()  # a refused group leaves the optimizer as it was
+            raise
         self._cores = None
 
     def _label(self, p: torch.Tensor) -> str:

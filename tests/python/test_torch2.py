@@ -96,6 +96,18 @@ def test_unwatched_parameter_is_named():
         gnmr.optim.AdamW(model.parameters(), controller=ctl)
 
 
+def test_a_refused_param_group_changes_nothing():
+    model = make_model(5)
+    ctl = gnmr.Controller({"fc1": model.fc1})
+    opt = gnmr.optim.AdamW(model.fc1.parameters(), lr=1e-3, controller=ctl)
+    with pytest.raises(ValueError, match="not watched"):
+        opt.add_param_group({"params": list(model.fc2.parameters())})
+    assert len(opt.param_groups) == 1
+    with pytest.raises(ValueError, match="amsgrad"):
+        opt.add_param_group({"params": [], "amsgrad": True})
+    assert len(opt.param_groups) == 1
+
+
 def test_torch_adamw_flags_are_accepted_or_refused():
     model = make_model(1)
     ctl = gnmr.Controller(model)

@@ -125,6 +125,14 @@ def test_with_gnmr_adamw_as_the_trainers_optimizer(tmp_path):
     args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=8, per_device_train_batch_size=4,
                                           report_to=[], use_cpu=True, logging_steps=4, save_strategy="no",
                                           disable_tqdm=True)
-    transformers.Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[cb],
+    seen = []
+
+    class Watch(transformers.TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, **kw):
+            seen.append(args.max_grad_norm)
+
+    transformers.Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[cb, Watch()],
                          optimizers=(opt, sched)).train()
     assert ctl.steps_done == 8
+    # The Trainer's clip stays the Trainer's (gnmr's AdamW runs after it).
+    assert seen == [1.0] * 8 and cb._clip == 0.0

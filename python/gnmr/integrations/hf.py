@@ -81,14 +81,17 @@ class GnmrCallback(TrainerCallback):
         self.tally = Tally()
 
     # ------------------------------------------------------------- training ---
-    def on_train_begin(self, args, state, control, model=None, **kwargs):
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         if self.controller is None:
             if model is None:
                 raise ValueError("gnmr: GnmrCallback: the Trainer passed no model to build the "
                                  "controller over; pass controller=gnmr.Controller(model)")
             units = self._units(model) if self._units is not None else model
             self.controller = Controller(units, self._preset, **self._overrides)
-        if self.take_over_clip and args.max_grad_norm and args.max_grad_norm > 0:
+        # A gnmr.optim.AdamW runs the controller inside its step, after the
+        # Trainer's clip: nothing to take over then.
+        own_step = isinstance(unwrap_optimizer(optimizer), GnmrAdamW)
+        if self.take_over_clip and not own_step and args.max_grad_norm and args.max_grad_norm > 0:
             self._saved_clip = args.max_grad_norm
             self._clip = float(args.max_grad_norm)
             args.max_grad_norm = 0.0

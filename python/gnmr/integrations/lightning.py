@@ -21,7 +21,9 @@ back on ``trainer.fit(..., ckpt_path=...)``. Logs: ``gnmr/triggered``,
 through ``pl_module.log_dict`` (``log=False`` turns that off).
 
 With ``gnmr.optim.AdamW`` from ``configure_optimizers`` the optimizer runs
-the controller itself; the callback then only logs and checkpoints.
+the controller itself, inside ``optimizer.step()``, so after Lightning's
+clip: gnmr then reads clipped norms (use a torch optimizer for the
+benchmark's order). The callback then only logs and checkpoints.
 """
 from __future__ import annotations
 

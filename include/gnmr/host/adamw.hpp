@@ -116,13 +116,17 @@ inline void adamw_chunks_host(const AdamWLayout& L, const AdamWCoef* coef, std::
 
 // One guarded step over a plan of host pointers: what the kernel writes.
 // decisions may be null (unguarded); global_skip is the summary's skip_step.
-// coef is scratch of units.size() entries.
+// coef is scratch of units.size() entries. The units' half runs on the
+// calling thread, the chunks through pfor (gnmr/core/parallel.hpp).
+template <class ParallelFor = SerialFor>
 inline void adamw_step_host(const AdamWLayout& L, const AdamWParams& h, float lr,
                             const UnitDecision* decisions, AdamWUnitState* units, std::size_t num_units,
-                            AdamWCoef* coef, bool global_skip) {
+                            AdamWCoef* coef, bool global_skip, ParallelFor&& pfor = ParallelFor{}) {
   if (global_skip) return;
   adamw_units_host(L, h, lr, decisions, units, num_units, coef);
-  adamw_chunks_host(L, coef, 0, L.chunks.size());
+  pfor(L.chunks.size(), [&L, coef](std::size_t begin, std::size_t end) {
+    adamw_chunks_host(L, coef, begin, end);
+  });
 }
 
 }  // namespace detail
@@ -167,13 +171,8 @@ class HostAdamW {
     const std::string bad = h.check();
     if (!bad.empty()) throw std::invalid_argument(bad);
     if (layout_.unit_chunks.size() != units_.size()) return;  // no tensors yet
-    if (global_skip) return;
-    detail::adamw_units_host(layout_, h, lr, decisions, units_.data(), units_.size(), coef_.data());
-    const detail::AdamWLayout& L = layout_;
-    const detail::AdamWCoef* coef = coef_.data();
-    pfor(L.chunks.size(), [&L, coef](std::size_t begin, std::size_t end) {
-      detail::adamw_chunks_host(L, coef, begin, end);
-    });
+    detail::adamw_step_host(layout_, h, lr, decisions, units_.data(), units_.size(), coef_.data(),
+                            global_skip, pfor);
   }
 
   std::size_t num_units() const { return units_.size(); }

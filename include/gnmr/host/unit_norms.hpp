@@ -146,11 +146,10 @@ enum class Coverage { kEveryUnit, kShard };
 // an unknown dtype, unit >= num_units, num_units == 0, or (kEveryUnit) a unit
 // with no segment; nothing is read and partials is untouched when it throws.
 //
-// With an executor: pfor(n, fn) must call fn(begin, end) on disjoint ranges
-// covering [0, n), on any threads, and return when all are done (e.g. a
-// wrapper of at::parallel_for or an OpenMP loop). Each segment's reduction
-// is computed alone, with its own fixed order, into its own slot; the slots
-// are then folded into their units in segment order on the calling thread.
+// With an executor (gnmr/core/parallel.hpp), the work items are the
+// segments: each segment's reduction is computed alone, with its own fixed
+// order, into its own slot; the slots are then folded into their units in
+// segment order on the calling thread.
 // Determinism: the result is bit-identical to the serial call's whatever the
 // executor, the thread count or the ranges (a max-combined custom policy,
 // whose fold is element by element, runs serially).

@@ -44,30 +44,35 @@ def guarded_step(ctl: Controller, optimizer: Any, max_norm: float) -> Optional[S
 
 class Tally:
     """The controller's figures since the last log: counts summed over the
-    steps, the largest ratio, the recovery level at the last step."""
+    steps, the largest ratio, the recovery level at the last step.
+
+    It keeps the steps' summaries and reads them only in :meth:`logs`: on
+    CUDA a summary is a lazy copy, and reading one every step would wait for
+    the device every step (gnmr.optim.AdamW's step has no host sync
+    otherwise). The controller's ring of summary slots keeps a kept summary
+    valid (docs/python.md, "Lazy summaries")."""
+
+    _SUMS = ("triggered", "granted", "denied", "nonfinite", "systemic", "skip_step")
 
     def __init__(self) -> None:
-        self.reset()
+        self._kept: List[StepSummary] = []
 
     def reset(self) -> None:
-        self.steps = 0
-        self.sums = dict(triggered=0, granted=0, denied=0, nonfinite=0, systemic=0, skip_step=0)
-        self.max_ratio = 0.0
-        self.in_recovery = 0
+        self._kept = []
+
+    @property
+    def steps(self) -> int:
+        return len(self._kept)
 
     def add(self, s: Optional[StepSummary]) -> None:
-        if s is None:
-            return
-        self.steps += 1
-        for k in self.sums:
-            self.sums[k] += int(getattr(s, k))
-        r = float(s.max_ratio)
-        if r == r:  # NaN-free
-            self.max_ratio = max(self.max_ratio, r)
-        self.in_recovery = int(s.in_recovery)
+        """Keeps ``s`` (once: the same summary added again is ignored)."""
+        if s is not None and not (self._kept and self._kept[-1] is s):
+            self._kept.append(s)
 
     def logs(self, prefix: str = "gnmr/") -> Dict[str, float]:
-        out: Dict[str, float] = {prefix + k: float(v) for k, v in self.sums.items()}
-        out[prefix + "max_ratio"] = self.max_ratio
-        out[prefix + "in_recovery"] = float(self.in_recovery)
+        out: Dict[str, float] = {prefix + k: float(sum(int(getattr(s, k)) for s in self._kept))
+                                 for k in self._SUMS}
+        ratios = [float(s.max_ratio) for s in self._kept]
+        out[prefix + "max_ratio"] = max([r for r in ratios if r == r], default=0.0)  # NaN-free
+        out[prefix + "in_recovery"] = float(self._kept[-1].in_recovery) if self._kept else 0.0
         return out

@@ -17,7 +17,8 @@ Checkpoints: the controller's state is the callback's ``state_dict()``, which
 Lightning stores in every checkpoint (``ModelCheckpoint`` included) and gives
 back on ``trainer.fit(..., ckpt_path=...)``. Logs: ``gnmr/triggered``,
 ``gnmr/granted``, ``gnmr/denied``, ``gnmr/nonfinite``, ``gnmr/systemic``,
-``gnmr/skip_step``, ``gnmr/max_ratio``, ``gnmr/in_recovery`` of every step,
+``gnmr/skip_step`` (sums), ``gnmr/max_ratio`` (largest), ``gnmr/in_recovery``
+(last step) over each of Lightning's ``log_every_n_steps`` intervals,
 through ``pl_module.log_dict`` (``log=False`` turns that off).
 
 With ``gnmr.optim.AdamW`` from ``configure_optimizers`` the optimizer runs
@@ -50,7 +51,8 @@ class GnmrCallback(Callback):
             units (default: the module itself, one unit per parameter),
             ``preset`` and ``overrides``, or adopts the controller of a
             ``gnmr.optim.AdamW`` returned by ``configure_optimizers``.
-        log: log the step's figures through ``pl_module.log_dict``.
+        log: log the figures at Lightning's log interval through
+            ``pl_module.log_dict``.
     """
 
     def __init__(self, controller: Optional[Controller] = None, *, preset: str = "gnmr",
@@ -61,6 +63,7 @@ class GnmrCallback(Callback):
         self.controller = controller
         self._preset, self._units, self._overrides = preset, units, overrides
         self._log = log
+        self._tally = Tally()
         self._pending: Optional[Mapping[str, Any]] = None
 
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -81,21 +84,21 @@ class GnmrCallback(Callback):
             self._pending = None
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
-        s = guarded_step(self.controller, optimizer, 0.0)  # Lightning clips after this hook
-        if self._log and s is not None:
-            tally = Tally()
-            tally.add(s)
-            pl_module.log_dict(tally.logs(), on_step=True, on_epoch=False)
+        # Lightning clips after this hook. With gnmr.optim.AdamW the
+        # controller runs inside optimizer.step() instead (None here).
+        self._tally.add(guarded_step(self.controller, optimizer, 0.0))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        # With gnmr.optim.AdamW the controller ran inside optimizer.step().
         if not self._log:
             return
         opts = trainer.optimizers
-        if opts and isinstance(unwrap_optimizer(opts[0]), GnmrAdamW) and self.controller.last_summary:
-            tally = Tally()
-            tally.add(self.controller.last_summary)
-            pl_module.log_dict(tally.logs(), on_step=True, on_epoch=False)
+        if opts and isinstance(unwrap_optimizer(opts[0]), GnmrAdamW):
+            self._tally.add(self.controller.last_summary)  # the same summary twice counts once
+        # Read the summaries only at Lightning's log interval (a read waits
+        # for the device on CUDA).
+        if self._tally.steps and trainer.global_step % max(trainer.log_every_n_steps, 1) == 0:
+            pl_module.log_dict(self._tally.logs(), on_step=True, on_epoch=False)
+            self._tally.reset()
 
     # ---------------------------------------------------------- checkpoints ---
     def state_dict(self) -> Dict[str, Any]:

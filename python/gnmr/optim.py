@@ -12,7 +12,7 @@ acts, the update is torch.optim.AdamW's to fp32 rounding.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 import torch
 
@@ -210,14 +210,12 @@ class AdamW(torch.optim.Optimizer):
         if self._cores is None:
             return sd
         packed = sd["state"]
-        for group, packed_group, core in zip(self.param_groups, sd["param_groups"], self._cores):
-            states = core.states()
+        live = {id(p): st for p, st in self._live_unit_states()}
+        for group, packed_group in zip(self.param_groups, sd["param_groups"]):
             for p, idx in zip(group["params"], packed_group["params"]):
-                if idx in packed and "exp_avg" in packed[idx]:
-                    step, b1, b2 = states[self.controller.unit_of(p)]
+                if id(p) in live:
                     # A copy: packed[idx] is the very dict of self.state[p].
-                    packed[idx] = dict(packed[idx], step=int(step), beta1_pow=float(b1),
-                                       beta2_pow=float(b2))
+                    packed[idx] = dict(packed[idx], **live[id(p)])
         return sd
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
@@ -230,18 +228,22 @@ class AdamW(torch.optim.Optimizer):
             self._unit_states(params, group, [self.controller.unit_of(p) for p in params])
         self._cores = None
 
-    def _store_unit_states(self) -> None:
-        """Writes the cores' per-unit (step, beta1_pow, beta2_pow) into
-        ``self.state`` before the cores are rebuilt."""
-        if self._cores is None:
-            return
-        for group, core in zip(self.param_groups, self._cores):
+    def _live_unit_states(self) -> Iterator[Tuple[torch.Tensor, Dict[str, Any]]]:
+        """(parameter, {step, beta1_pow, beta2_pow}) of every parameter with
+        moments, from the C++ cores, which hold the per-unit bias-correction
+        state (nothing before the first step)."""
+        for group, core in zip(self.param_groups, self._cores or []):
             states = core.states()
             for p in group["params"]:
-                st = self.state.get(p)
-                if st and "exp_avg" in st:
+                if "exp_avg" in self.state.get(p, {}):
                     step, b1, b2 = states[self.controller.unit_of(p)]
-                    st.update(step=int(step), beta1_pow=float(b1), beta2_pow=float(b2))
+                    yield p, dict(step=int(step), beta1_pow=float(b1), beta2_pow=float(b2))
+
+    def _store_unit_states(self) -> None:
+        """Writes the cores' per-unit state into ``self.state`` before the
+        cores are rebuilt."""
+        for p, st in list(self._live_unit_states()):
+            self.state[p].update(st)
 
     # ---------------------------------------------------------------- step ---
     def zero_grad(self, set_to_none: bool = False) -> None:

@@ -8,6 +8,7 @@ applies the decisions to the gradients. docs/python.md is the guide.
 """
 from __future__ import annotations
 
+import copy
 import os
 import weakref
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
@@ -351,8 +352,6 @@ class Controller:
         ones ``copy.deepcopy`` of the model in the same call makes, via
         ``memo``), with the same preset, overrides, units and state. Logs
         are not copied: the copy writes none until told to."""
-        import copy
-
         units = {name: [copy.deepcopy(t, memo) for t in members]
                  for name, members in zip(self._names, self._members)}
         if _C.is_global(self._preset):

@@ -30,10 +30,7 @@ struct AtenFor {
   std::uint64_t work;  // elements the call touches in all
   template <class F>
   void operator()(std::size_t n, F&& fn) const {
-    if (work < kSerialWork) {
-      if (n != 0) fn(std::size_t{0}, n);
-      return;
-    }
+    if (work < kSerialWork) return gnmr::SerialFor{}(n, fn);
     at::parallel_for(0, static_cast<std::int64_t>(n), 1, [&fn](std::int64_t b, std::int64_t e) {
       fn(static_cast<std::size_t>(b), static_cast<std::size_t>(e));
     });

@@ -59,6 +59,9 @@ def _rank(rank: int, world: int, port: int, out: str, guarded: bool) -> None:
         weights = [p.detach().clone() for p in model.parameters()]
         with open(os.path.join(out, f"rank{rank}.pkl"), "wb") as f:
             pickle.dump((rec, weights), f)
+        # Both ranks done before either tears gloo down: a rank that closes
+        # its pairs while the other still holds them can make gloo abort.
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -4,6 +4,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -80,6 +81,19 @@ const gnmr::StepSummary& HostCore::step(bool apply) {
   return s;
 }
 
+void HostCore::local_partials(const std::vector<at::Tensor>& grads, float* out) {
+  grads_.gather(&kHostZero, &grads);
+  gnmr::host_unit_partials(grads_.segments().data(), grads_.segments().size(), out, partials_.size(),
+                           gnmr::Coverage::kEveryUnit, AtenFor{total_numel(grads_.segments())});
+}
+
+const gnmr::StepSummary& HostCore::step_reduced(const float* partials) {
+  std::copy(partials, partials + partials_.size(), partials_.begin());
+  const gnmr::StepSummary& s = ctl_->step(partials_);
+  logs_.write(s, ctl_->reports().data());
+  return s;
+}
+
 void HostCore::load(const std::string& blob) {
   check_trace_order(logs_.tracing(), logs_.last_trace_step(), blob);
   ctl_->load(bytes_of(blob), blob.size());
@@ -92,8 +106,10 @@ CudaCore::CudaCore(const std::string& preset, const gnmr::presets::Options& opti
 
 bool CudaCore::capturing(std::uintptr_t stream) const { return stream_capturing(stream, dev_.device()); }
 
-void CudaCore::prepare(std::uintptr_t stream) {
-  if (!grads_.gather(dev_.zero_segment())) return;
+void CudaCore::prepare(std::uintptr_t stream) { gather(stream, nullptr); }
+
+void CudaCore::gather(std::uintptr_t stream, const std::vector<at::Tensor>* grads) {
+  if (!grads_.gather(dev_.zero_segment(), grads)) return;
   if (capturing(stream)) refuse_under_capture("a gradient buffer moved (or a grad became None)");
   dev_.set_segments(grads_.segments());
   grads_.commit();
@@ -116,6 +132,17 @@ int CudaCore::step(std::uintptr_t stream, bool apply) {
   return slot;
 }
 
+void CudaCore::local_partials(const std::vector<at::Tensor>& grads, float* out, std::uintptr_t stream) {
+  gather(stream, &grads);
+  dev_.partials(out, stream);
+}
+
+int CudaCore::step_reduced(const float* partials, std::uintptr_t stream) {
+  const int slot = dev_.step_from(partials, stream);
+  last_slot_ = slot;
+  return slot;
+}
+
 std::vector<gnmr::UnitDecision> CudaCore::decisions() {
   if (last_slot_ < 0) return dev_.copy_decisions();
   dev_.wait(last_slot_);
@@ -133,8 +160,8 @@ void CudaCore::load(const std::string& blob) {
 HostAdamW::HostAdamW(AdamWTable table, std::size_t num_units)
     : table_(std::move(table)), opt_(num_units) {}
 
-void HostAdamW::prepare() {
-  if (!table_.gather()) return;
+void HostAdamW::prepare(const std::vector<at::Tensor>* grads) {
+  if (!table_.gather(grads)) return;
   const auto& t = table_.tensors();
   opt_.set_tensors(t.data(), t.size());
   table_.commit();
@@ -154,8 +181,8 @@ CudaAdamW::CudaAdamW(AdamWTable table, std::size_t num_units, int device)
       device_(device),
       pending_(num_units, gnmr::detail::adamw_unit_init()) {}
 
-void CudaAdamW::prepare(std::uintptr_t stream) {
-  if (!table_.gather()) return;
+void CudaAdamW::prepare(std::uintptr_t stream, const std::vector<at::Tensor>* grads) {
+  if (!table_.gather(grads)) return;
   if (stream_capturing(stream, device_)) refuse_under_capture("an AdamW gradient buffer moved (or a grad became None)");
   // The unit states travel from the old plan to the new one.
   if (plan_) pending_ = plan_->states();

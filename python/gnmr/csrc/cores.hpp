@@ -51,6 +51,15 @@ class HostCore {
   // anything changes when a gradient is unusable.
   const gnmr::StepSummary& step(bool apply);
 
+  // The sharded path (gnmr/sharded.py), in two halves around the caller's
+  // cross-rank reduction: local_partials() writes this rank's per-unit sums
+  // of squares of `grads` (its local shards, one per tensor, undefined =
+  // none or not counted here) into out (float32, num_units); step_reduced()
+  // runs one controller step on the reduced sums and writes the logs. The
+  // caller applies the decisions (the gradients are DTensors).
+  void local_partials(const std::vector<at::Tensor>& grads, float* out);
+  const gnmr::StepSummary& step_reduced(const float* partials);
+
   std::size_t num_units() const { return ctl_->num_units(); }
   std::string name() const { return ctl_->name(); }
   std::uint32_t max_in_recovery() const { return ctl_->max_in_recovery(); }
@@ -83,6 +92,11 @@ class CudaCore {
   // capturing). apply: waits for this step's decisions (a sync with the
   // stream) and applies them to the gradients; refused under capture.
   int step(std::uintptr_t stream, bool apply);
+  // The sharded path's halves (HostCore's), enqueued on `stream`: the local
+  // partials into the device float array out, then a step on the reduced
+  // device array (the readback slot, as step()).
+  void local_partials(const std::vector<at::Tensor>& grads, float* out, std::uintptr_t stream);
+  int step_reduced(const float* partials, std::uintptr_t stream);
   std::uint64_t replans() const { return replans_; }
   DeviceController& device() { return dev_; }
   const DeviceController& device() const { return dev_; }
@@ -92,6 +106,7 @@ class CudaCore {
   void load(const std::string& blob);
 
  private:
+  void gather(std::uintptr_t stream, const std::vector<at::Tensor>* grads);
   DeviceController dev_;
   GradTable grads_;
   std::uint64_t replans_ = 0;
@@ -101,7 +116,9 @@ class CudaCore {
 class HostAdamW {
  public:
   HostAdamW(AdamWTable table, std::size_t num_units);
-  void prepare();  // gathers and checks; rebuilds the layout if it moved
+  // Gathers and checks; rebuilds the layout if it moved. grads: the local
+  // shards' gradients (sharded path), else each parameter's .grad.
+  void prepare(const std::vector<at::Tensor>* grads = nullptr);
   void step(const HostCore& ctl, const gnmr::AdamWParams& h);
   const AdamWStates& states() const { return opt_.unit_states(); }
   void set_states(const AdamWStates& s) { opt_.set_unit_states(s); }
@@ -114,7 +131,8 @@ class HostAdamW {
 class CudaAdamW {
  public:
   CudaAdamW(AdamWTable table, std::size_t num_units, int device);
-  void prepare(std::uintptr_t stream);  // re-plans if a buffer moved (not under capture)
+  // Re-plans if a buffer moved (not under capture); grads as HostAdamW's.
+  void prepare(std::uintptr_t stream, const std::vector<at::Tensor>* grads = nullptr);
   void step(const CudaCore& ctl, const gnmr::AdamWParams& h, const float* d_lr, std::uintptr_t stream);
   AdamWStates states() const;
   void set_states(const AdamWStates& s);

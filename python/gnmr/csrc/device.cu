@@ -144,17 +144,26 @@ void DeviceController::set_segments(const std::vector<gnmr::Segment>& segs) {
 int DeviceController::next_slot() const { return impl_->next; }
 
 int DeviceController::step(std::uintptr_t stream) {
+  partials(impl_->partials.as<float>(), stream);
+  return step_from(impl_->partials.as<float>(), stream);
+}
+
+void DeviceController::partials(float* out, std::uintptr_t stream) {
   Impl& I = *impl_;
   DeviceGuard g(I.device);
   if (!I.plan) throw std::logic_error("gnmr: DeviceController::step before set_segments");
+  check(gnmr::cuda::unit_partials<gnmr::L2Norm>(*I.plan, out, as_stream(stream)), "gnmr: unit_partials");
+}
+
+int DeviceController::step_from(const float* partials, std::uintptr_t stream) {
+  Impl& I = *impl_;
+  DeviceGuard g(I.device);
   const cudaStream_t s = as_stream(stream);
   const bool cap = capturing(s);
   if (cap && (I.drain || I.tdrain))
     throw std::runtime_error(
         "gnmr: events() and trace() cannot record inside a CUDA graph capture (their host writes "
         "would be baked into the graph); close them with events(None) / trace(None) first");
-  float* partials = I.partials.as<float>();
-  check(gnmr::cuda::unit_partials<gnmr::L2Norm>(*I.plan, partials, s), "gnmr: unit_partials");
   check(I.ctl->step(partials, s), "gnmr: controller step");
   int slot = -1;
   if (!cap) {

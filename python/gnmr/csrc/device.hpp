@@ -75,6 +75,11 @@ class DeviceController {
   // event log and the trace a step late when they are open (not allowed
   // under capture: std::runtime_error).
   int step(std::uintptr_t stream);
+  // The two halves of step() for the sharded path: the per-unit partials of
+  // the plan's segments into the device array out (num_units floats), and a
+  // step on a device array of (reduced) partials. Enqueue only.
+  void partials(float* out, std::uintptr_t stream);
+  int step_from(const float* partials, std::uintptr_t stream);
   bool ready(int slot) const;
   void wait(int slot) const;  // synchronises with that step's copy only
   // The slot's host copies; valid after wait(slot).

@@ -203,6 +203,26 @@ AdamWStates states_from(const std::vector<std::tuple<std::int64_t, double, doubl
   return s;
 }
 
+// The sharded path's local gradients: None becomes an undefined tensor (no
+// gradient, or a replica this rank does not count).
+using LocalGrads = std::vector<c10::optional<at::Tensor>>;
+std::vector<at::Tensor> local_grads(const LocalGrads& in) {
+  std::vector<at::Tensor> out;
+  out.reserve(in.size());
+  for (const auto& g : in) out.push_back(g.has_value() ? *g : at::Tensor());
+  return out;
+}
+
+// The float32 vector of num_units partials the sharded path exchanges.
+float* partials_of(const at::Tensor& t, std::size_t num_units, bool cuda, const char* what) {
+  if (t.scalar_type() != c10::ScalarType::Float || t.dim() != 1 ||
+      static_cast<std::size_t>(t.numel()) != num_units || !t.is_contiguous() || t.is_cuda() != cuda)
+    throw std::invalid_argument(std::string("gnmr: ") + what + ": a contiguous float32 " +
+                                (cuda ? "CUDA" : "CPU") + " tensor of " + std::to_string(num_units) +
+                                " partials expected");
+  return t.data_ptr<float>();
+}
+
 GradTable grad_table(std::vector<at::Tensor> params, std::vector<std::uint32_t> units,
                      std::vector<std::string> labels, std::size_t num_units) {
   return GradTable(std::move(params), std::move(units), std::move(labels), num_units);
@@ -279,6 +299,21 @@ PYBIND11_MODULE(_C, m) {
         }
         return summary_tuple(s);
       })
+      .def("local_partials", [](HostCore& c, const LocalGrads& g, const at::Tensor& out) {
+        float* o = partials_of(out, c.num_units(), false, "local_partials");
+        const std::vector<at::Tensor> grads = local_grads(g);
+        py::gil_scoped_release release;
+        c.local_partials(grads, o);
+      })
+      .def("step_reduced", [](HostCore& c, const at::Tensor& p) {
+        const float* d = partials_of(p, c.num_units(), false, "step_reduced");
+        gnmr::StepSummary s;
+        {
+          py::gil_scoped_release release;
+          s = c.step_reduced(d);
+        }
+        return summary_tuple(s);
+      })
       .def("summary", [](const HostCore& c) { return summary_tuple(c.summary()); })
       .def("decisions", [](const HostCore& c) { return decisions_pair(c.decisions()); })
       .def("reports", [](const HostCore& c) { return reports_dict(c.reports()); })
@@ -306,6 +341,12 @@ PYBIND11_MODULE(_C, m) {
       .def("capturing", &CudaCore::capturing)
       .def("prepare", &CudaCore::prepare)
       .def("step", &CudaCore::step)
+      .def("local_partials", [](CudaCore& c, const LocalGrads& g, const at::Tensor& out, std::uintptr_t stream) {
+        c.local_partials(local_grads(g), partials_of(out, c.device().num_units(), true, "local_partials"), stream);
+      })
+      .def("step_reduced", [](CudaCore& c, const at::Tensor& p, std::uintptr_t stream) {
+        return c.step_reduced(partials_of(p, c.device().num_units(), true, "step_reduced"), stream);
+      })
       .def("next_slot", [](const CudaCore& c) { return c.device().next_slot(); })
       .def("ready", [](const CudaCore& c, int s) { return c.device().ready(s); })
       .def("slot_summary", [](const CudaCore& c, int s) {
@@ -335,7 +376,11 @@ PYBIND11_MODULE(_C, m) {
                        std::vector<at::Tensor> m2, std::vector<std::string> labels, std::size_t n) {
         return new HostAdamW(AdamWTable(std::move(p), std::move(u), std::move(m1), std::move(m2), std::move(labels)), n);
       }))
-      .def("prepare", &HostAdamW::prepare)
+      .def("prepare", [](HostAdamW& a, const c10::optional<LocalGrads>& g) {
+        if (!g) return a.prepare();
+        const std::vector<at::Tensor> grads = local_grads(*g);
+        a.prepare(&grads);
+      }, py::arg("grads") = py::none())
       .def("step", [](HostAdamW& a, const HostCore& c, double lr, double b1, double b2, double eps, double wd) {
         const gnmr::AdamWParams h = adamw_params(lr, b1, b2, eps, wd);
         py::gil_scoped_release release;
@@ -352,7 +397,11 @@ PYBIND11_MODULE(_C, m) {
         return new CudaAdamW(AdamWTable(std::move(p), std::move(u), std::move(m1), std::move(m2), std::move(labels)), n,
                              device);
       }))
-      .def("prepare", &CudaAdamW::prepare)
+      .def("prepare", [](CudaAdamW& a, std::uintptr_t stream, const c10::optional<LocalGrads>& g) {
+        if (!g) return a.prepare(stream);
+        const std::vector<at::Tensor> grads = local_grads(*g);
+        a.prepare(stream, &grads);
+      }, py::arg("stream"), py::arg("grads") = py::none())
       .def("step", [](CudaAdamW& a, const CudaCore& c, double lr, double b1, double b2, double eps, double wd,
                       std::uintptr_t d_lr, std::uintptr_t stream) {
         a.step(c, adamw_params(lr, b1, b2, eps, wd), reinterpret_cast<const float*>(d_lr), stream);

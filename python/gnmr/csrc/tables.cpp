@@ -67,11 +67,20 @@ GradTable::GradTable(std::vector<at::Tensor> params, std::vector<std::uint32_t> 
   covered_.assign(num_units_, 0);
 }
 
-bool GradTable::gather(const void* zero) {
+namespace {
+void check_count(const std::vector<at::Tensor>* grads, std::size_t n) {
+  if (grads != nullptr && grads->size() != n)
+    throw std::invalid_argument("gnmr: " + std::to_string(grads->size()) + " local gradients given for " +
+                                std::to_string(n) + " tensors");
+}
+}  // namespace
+
+bool GradTable::gather(const void* zero, const std::vector<at::Tensor>* grads) {
+  check_count(grads, params_.size());
   segs_.clear();
   std::fill(covered_.begin(), covered_.end(), 0);
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    const at::Tensor& g = params_[i].grad();
+    const at::Tensor& g = grads ? (*grads)[i] : params_[i].grad();
     if (!g.defined()) continue;
     const gnmr::DType dt = check_grad(params_[i], g, labels_[i]);
     if (g.numel() == 0) continue;
@@ -113,7 +122,8 @@ AdamWTable::AdamWTable(std::vector<at::Tensor> params, std::vector<std::uint32_t
   tensors_.reserve(n);
 }
 
-bool AdamWTable::gather() {
+bool AdamWTable::gather(const std::vector<at::Tensor>* grads) {
+  check_count(grads, params_.size());
   tensors_.clear();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const at::Tensor& p = params_[i];
@@ -127,8 +137,9 @@ bool AdamWTable::gather() {
           m->sizes() != p.sizes() || m->strides() != p.strides())
         bad(label, "optimizer state (exp_avg / exp_avg_sq) does not match the parameter "
                    "(fp32, same device, shape and strides)");
-    const at::Tensor& g = p.grad();
+    const at::Tensor& g = grads ? (*grads)[i] : p.grad();
     if (!g.defined() || p.numel() == 0) continue;
+    if (grads && g.sizes() != p.sizes()) bad(label, "local gradient shape differs from the local parameter's");
     const gnmr::DType dt = check_grad(p, g, label);
     if (g.strides() != p.strides()) bad(label, "gradient strides differ from the parameter's");
     gnmr::AdamWTensor t{};

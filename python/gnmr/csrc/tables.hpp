@@ -39,7 +39,10 @@ class GradTable {
   // gradient, one element at `zero` (its norm is then 0, "not a sample").
   // Throws std::invalid_argument naming the tensor, before anything is
   // changed. Returns true when the layout differs from the last commit().
-  bool gather(const void* zero);
+  // grads: read these (one per tensor, undefined = no gradient) instead of
+  // each parameter's .grad: the sharded path's local shards of DTensor
+  // gradients, which have no storage of their own on the parameter.
+  bool gather(const void* zero, const std::vector<at::Tensor>* grads = nullptr);
   void commit() { planned_ = segs_; }
   const std::vector<gnmr::Segment>& segments() const { return segs_; }
 
@@ -67,7 +70,8 @@ class AdamWTable {
   // The tensors that have a gradient this step (torch's rule: a parameter
   // without one is not updated). Throws std::invalid_argument naming the
   // tensor before anything is changed; true when the layout moved.
-  bool gather();
+  // grads: as GradTable::gather's (the params are then the local shards).
+  bool gather(const std::vector<at::Tensor>* grads = nullptr);
   void commit() { planned_ = tensors_; }
   const std::vector<gnmr::AdamWTensor>& tensors() const { return tensors_; }
 

@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
 
 import torch
 
-from . import _C, _units
+from . import _C, _units, sharded
 from .summary import Decisions, Flag, StepSummary
 
 Override = Union[float, int, str]
@@ -82,7 +82,16 @@ class Controller:
         for t, u in zip(layout.tensors, layout.units):
             self._members[u].append(t)
         self._device = layout.device
-        args = (preset, self._overrides, layout.tensors, layout.units, layout.labels, layout.names)
+        # DTensor parameters (FSDP2, tensor parallel): the sharded path
+        # (gnmr/sharded.py) reads their local shards and reduces the
+        # per-unit sums over the mesh; the C++ core sees the local shards.
+        self._sharded: Optional[sharded.ShardedUnits] = None
+        core_tensors = layout.tensors
+        if sharded.any_dtensor(layout.tensors):
+            self._sharded = sharded.ShardedUnits(layout.tensors, layout.labels)
+            core_tensors = self._sharded.local_params()
+            self._partials = torch.zeros(len(layout.names), dtype=torch.float32, device=self._device)
+        args = (preset, self._overrides, core_tensors, layout.units, layout.labels, layout.names)
         if self._device.type == "cuda":
             index = self._device.index if self._device.index is not None else torch.cuda.current_device()
             self._device = torch.device("cuda", index)
@@ -182,9 +191,17 @@ class Controller:
             self.reset_moments(optimizer)
         return s
 
+    @property
+    def sharded(self) -> bool:
+        """True when the watched tensors are DTensors (FSDP2, tensor
+        parallel): the norms are then reduced over their device mesh."""
+        return self._sharded is not None
+
     def _step(self, apply: bool) -> StepSummary:
         self._decisions = None
-        if self._device.type != "cuda":
+        if self._sharded is not None:
+            s = self._sharded_step(apply)
+        elif self._device.type != "cuda":
             s = StepSummary(self._core.step(apply))
         else:
             stream = torch.cuda.current_stream(self._device).cuda_stream
@@ -203,6 +220,32 @@ class Controller:
             else:  # captured: read the device summary when asked (after replay)
                 s = StepSummary(fetch=self._core.copy_summary)
         self._last = s
+        return s
+
+    def _sharded_step(self, apply: bool) -> StepSummary:
+        """Local partials, one all-gather over the mesh, the step on the
+        rank-ordered sums (gnmr/sharded.py), the decisions on the shards."""
+        sh = self._sharded
+        grads = sh.gather_grads()
+        if self._device.type != "cuda":
+            self._core.local_partials(grads, self._partials)
+            s = StepSummary(self._core.step_reduced(sh.reduce(self._partials)))
+        else:
+            stream = torch.cuda.current_stream(self._device).cuda_stream
+            ref = self._ring[self._core.next_slot()]
+            old = ref() if ref is not None else None
+            if old is not None:
+                old._load()
+            self._core.local_partials(grads, self._partials, stream)
+            self._reduced = sh.reduce(self._partials)  # kept alive until the step has read it
+            slot = self._core.step_reduced(self._reduced, stream)
+            core = self._core
+            s = StepSummary(fetch=lambda: core.slot_summary(slot), ready=lambda: core.ready(slot))
+            self._ring[slot] = weakref.ref(s)
+        if apply:
+            d = self.decisions()
+            sh.apply(d.scale.tolist(), d.flags.tolist(), self._unit_of, int(Flag.SKIP),
+                     bool(s.skip_step))
         return s
 
     # -------------------------------------------------------------- decisions ---

@@ -97,7 +97,27 @@ class AdamW(torch.optim.Optimizer):
         except (ValueError, TypeError):
             self.param_groups.pop()  # a refused group leaves the optimizer as it was
             raise
+        # The moments exist from the start (zero, as the first step would
+        # make them), not lazily as torch.optim.AdamW's: a state that is
+        # never empty is what torch.distributed.checkpoint's
+        # get_optimizer_state_dict needs to leave the optimizer alone (on an
+        # empty state it runs a step with zero gradients, which would be a
+        # controller step too).
+        for i, p in enumerate(group["params"]):
+            if self._watched(p, len(self.param_groups) - 1, i):
+                self._new_moments(p)
         self._cores = None
+
+    def _new_moments(self, p: torch.Tensor) -> None:
+        st = self.state[p]
+        if "exp_avg" not in st:  # zeros_like keeps a DTensor's placements (DCP reshards them)
+            st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        if "step" not in st:
+            # The unit's bias-correction state before its first step; present
+            # from the start so that a checkpoint loader that fills only the
+            # keys it finds (torch.distributed.checkpoint) restores it.
+            st.update(step=0, beta1_pow=1.0, beta2_pow=1.0)
 
     def _label(self, p: torch.Tensor) -> str:
         for k, g in enumerate(self.param_groups):
@@ -156,18 +176,17 @@ class AdamW(torch.optim.Optimizer):
             frozen += [(k, p) for p in idle]
             units = [ctl.unit_of(p) for p in params]
             for p in params:
-                st = self.state[p]
-                if "exp_avg" not in st:
-                    st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            ms = [self.state[p]["exp_avg"] for p in params]
-            vs = [self.state[p]["exp_avg_sq"] for p in params]
+                self._new_moments(p)
+            local = _local if ctl.sharded else (lambda t: t)
+            ms = [local(self.state[p]["exp_avg"]) for p in params]
+            vs = [local(self.state[p]["exp_avg_sq"]) for p in params]
+            shards = [local(p) for p in params]
             labels = [f"AdamW group {k} parameter {i} (unit {ctl.unit_names[u]!r})"
                       for i, u in enumerate(units)]
             if cuda:
-                core = _C.CudaAdamW(params, units, ms, vs, labels, ctl.num_units, ctl.device.index)
+                core = _C.CudaAdamW(shards, units, ms, vs, labels, ctl.num_units, ctl.device.index)
             else:
-                core = _C.HostAdamW(params, units, ms, vs, labels, ctl.num_units)
+                core = _C.HostAdamW(shards, units, ms, vs, labels, ctl.num_units)
             core.set_states(self._unit_states(params, group, units))
             cores.append(core)
         self._cores = cores
@@ -271,20 +290,33 @@ class AdamW(torch.optim.Optimizer):
                                  "controller does not watch it (it was frozen when the controller "
                                  "was built): build a new controller and optimizer after unfreezing")
         ctl = self.controller
+        grads: List[Any] = [None] * len(cores)
+        if ctl.sharded:  # the local shards' gradients (gnmr/sharded.py)
+            sh = ctl._sharded
+            sh.gather_grads()
+            grads = [[sh.local_grad(p) for p in self._split(g, k)[0]]
+                     for k, g in enumerate(self.param_groups)]
         if ctl.device.type == "cuda":
             stream = torch.cuda.current_stream(ctl.device).cuda_stream
-            for core in cores:
-                core.prepare(stream)
+            for core, g in zip(cores, grads):
+                core.prepare(stream, g)
             ctl._step(apply=False)
             for core, (h, d_lr) in zip(cores, hyper):
                 core.step(ctl._core, *h, d_lr, stream)
         else:
-            for core in cores:
-                core.prepare()
+            for core, g in zip(cores, grads):
+                core.prepare(g)
             ctl._step(apply=False)
             for core, (h, _) in zip(cores, hyper):
                 core.step(ctl._core, *h)
         return loss
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard (the C++ core updates it in place)."""
+    from .sharded import ShardedUnits
+
+    return ShardedUnits.local(t)
 
 
 def _check_flags(group: Dict[str, Any]) -> None:

@@ -211,3 +211,62 @@ def test_bf16_gradients_and_multi_tensor_units():
     got = ctl.reports()["norm"].tolist()
     for g, w in zip(got, want):
         assert g == pytest.approx(w, rel=1e-6)
+
+
+def _fsdp_cuda_rank(rank, port, out):
+    """FSDP2 on one GPU with NCCL (world 1): the sharded path's CUDA branch
+    (local partials on the device, the all-gather on NCCL, the step on the
+    reduced device array), against the same model unsharded."""
+    import pickle
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    try:
+        recs = []
+        for sharded in (False, True):
+            model = make_model(3, device=DEV)
+            if sharded:
+                mesh = init_device_mesh("cuda", (1,))
+                for name in ("fc1", "fc2", "out"):
+                    fully_shard(getattr(model, name), mesh=mesh)
+                fully_shard(model, mesh=mesh)
+            ctl = gnmr.Controller(model, "gnmr", tau=2.5, warmup=5)
+            assert ctl.sharded == sharded
+            opt = gnmr.optim.AdamW(model.parameters(), lr=3e-3, controller=ctl)
+            rec = []
+            for t in range(30):
+                x, y = batch(t, DEV)
+                opt.zero_grad()
+                (F.mse_loss(model(x), y) * (1e3 if t in (18, 19) else 1.0)).backward()
+                opt.step()
+                d = ctl.decisions()
+                rec.append((d.flags.tolist(), d.scale.tolist()))
+            recs.append(rec)
+        with open(out, "wb") as f:
+            pickle.dump(recs, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fsdp2_on_cuda_takes_the_unsharded_decisions(tmp_path):
+    import pickle
+
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    from sharded_runs import free_port
+
+    if not dist.is_nccl_available():
+        pytest.skip("no NCCL")
+    out = tmp_path / "fsdp_cuda.pkl"
+    mp.spawn(_fsdp_cuda_rank, args=(free_port(), str(out)), nprocs=1, join=True)
+    plain, sharded = pickle.load(open(out, "rb"))
+    assert any(any(f) for f, _ in plain[18:20])
+    for (fa, sa), (fb, sb) in zip(sharded, plain):
+        assert fa == fb
+        assert all(abs(a - b) <= 1e-5 * max(abs(b), 1e-30) for a, b in zip(sa, sb))

@@ -5,7 +5,9 @@
 * :mod:`gnmr.integrations.lightning` — a Lightning ``Callback``
   (``pip install gnmr[lightning]``);
 * :mod:`gnmr.integrations.torchao` — GNMR's promotion on torchao's
-  ``Float8Linear`` (``pip install gnmr[torchao]``).
+  ``Float8Linear`` (``pip install gnmr[torchao]``);
+* :mod:`gnmr.integrations.torchtitan` — torchtitan's optimizer container,
+  every AdamW group guarded (``pip install gnmr[torchtitan]``).
 
 Importing this package imports no framework; each module imports its own
 when it is imported (and raises ImportError naming the extra when missing).

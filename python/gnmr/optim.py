@@ -47,6 +47,14 @@ class AdamW(torch.optim.Optimizer):
     parameter the controller does not watch, on another device, or not
     float32; TypeError when ``controller`` is not a Controller.
 
+    State: each watched parameter's ``exp_avg``, ``exp_avg_sq`` (zeros) and
+    its unit's ``step`` (0), ``beta1_pow``, ``beta2_pow`` (1.0) exist from
+    construction on, not after the first step as torch's: checkpoint
+    loaders that fill only the keys they find (torch.distributed.checkpoint)
+    and helpers that run a zero-gradient step on an empty state (DCP's
+    ``get_optimizer_state_dict``, torchtitan) then work unchanged. DTensor
+    parameters (FSDP2, TP) get DTensor moments: docs/python.md, "At scale".
+
     Determinism: the update of each element is gnmr::detail::adamw_element
     (correctly rounded fp32, no FMA contraction), the same bits on the CPU
     and on the GPU for the same gradients and decisions.

@@ -66,7 +66,7 @@ gnmr::presets::Options applicable(const gnmr::presets::Options& o, const std::st
   if (o.field && ok(#field)) r.field = o.field;
   GNMR_KEEP(tau) GNMR_KEEP(delta) GNMR_KEEP(warmup) GNMR_KEEP(window) GNMR_KEEP(delta_window)
   GNMR_KEEP(beta) GNMR_KEEP(max_o) GNMR_KEEP(lock) GNMR_KEEP(cooldown) GNMR_KEEP(kappa)
-  GNMR_KEEP(max_norm) GNMR_KEEP(z) GNMR_KEEP(clip_factor) GNMR_KEEP(mean)
+  GNMR_KEEP(max_norm) GNMR_KEEP(z) GNMR_KEEP(clip_factor) GNMR_KEEP(mean) GNMR_KEEP(restart_every)
   GNMR_KEEP(systemic_action) GNMR_KEEP_SYS(systemic_share) GNMR_KEEP_SYS(systemic_maxo)
   GNMR_KEEP_SYS(systemic_kappa) GNMR_KEEP_SYS(systemic_beta) GNMR_KEEP(deny_kappa)
 #undef GNMR_KEEP

@@ -58,6 +58,7 @@ step; nan/inf/-inf cells are valid) and reports what they did.
   --maxo N         at most N units in recovery at once  (default 4)
   --lock N         recovery lasts N steps               (default 8)
   --cooldown N     steps after a lock before a new grant (default 0)
+  --restart-every N  stabilizer: Stable-SPAM's restart every N steps (0 = off, the default)
   --kappa X        clip a unit in recovery to kappa * mean (default 1)
  Systemic rule (gnmr presets; on in gnmr and gnmr-systemic, off in the
  others unless an action is given; docs/algorithm.md, "Systemic steps"):
@@ -193,6 +194,8 @@ inline bool apply(Options& o, const std::string& key, const std::string& v) {
     p.z = to_float(k, v);
   } else if (k == "clip-factor") {
     p.clip_factor = to_float(k, v);
+  } else if (k == "restart-every") {
+    p.restart_every = to_int(k, v);
   } else if (k == "events") {
     o.events = v;
   } else if (k == "plot") {

@@ -53,7 +53,8 @@ class Controller:
         **overrides: the preset's parameters, named as gnmr::presets::Options
             in C++: ``tau``, ``delta``, ``warmup``, ``window``,
             ``delta_window``, ``beta``, ``max_o``, ``lock``, ``cooldown``,
-            ``kappa``, ``max_norm``, ``z``, ``clip_factor``, ``mean``.
+            ``kappa``, ``max_norm``, ``z``, ``clip_factor``, ``mean``,
+            ``restart_every`` (stabilizer).
 
     Raises:
         ValueError: an unknown preset or override, an override the preset

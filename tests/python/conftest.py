@@ -173,7 +173,7 @@ REPLAY_FLAGS = {"tau": "--tau", "delta": "--delta", "warmup": "--warmup", "windo
                 "mean": "--mean", "systemic_action": "--systemic-action",
                 "systemic_share": "--systemic-share", "systemic_maxo": "--systemic-maxo",
                 "systemic_kappa": "--systemic-kappa", "systemic_beta": "--systemic-beta",
-                "deny_kappa": "--deny-kappa"}
+                "deny_kappa": "--deny-kappa", "restart_every": "--restart-every"}
 
 
 def replay_events(exe: str, trace: Path, preset: str, overrides: Dict[str, object],

@@ -209,23 +209,32 @@ inline std::vector<std::vector<float>> unit_traces(std::uint64_t seed, int units
 }
 
 // ------------------------------------------------------------- SPAM -------
-// TianjinYellow/SPAM-Optimizer galore_torch/SPAM.py at unit granularity
-// (the norm in place of one element): from current_step >= grad_accu_steps
-// on, a spike is g^2 > theta * v, replaced by sqrt(theta * v) (with g's
-// sign); v <- b2 v + (1 - b2) g_clipped^2 afterwards, no bias correction.
-// No periodic reset here: SPAM resets only for param groups that set
-// update_proj_gap (docs/presets.md).
+// TianjinYellow/SPAM-Optimizer galore_torch/SPAM.py @e8185fb (class AdamW)
+// at unit granularity (the norm in place of one element). current_step is
+// total_step + 1 (1-based). The timer, on by default (DeltaT = 500): on a
+// step with current_step % DeltaT == 0, exp_avg and exp_avg_sq of every
+// parameter are zeroed before the update (the bias-correction count is not
+// reset). The spike check runs when current_step >= grad_accu_steps and
+// current_step % DeltaT >= grad_accu_steps (20 quiet steps after each
+// reset): g^2 > theta * v, replaced by sqrt(theta * v) (with g's sign);
+// then v <- b2 v + (1 - b2) g_clipped^2, no bias correction. delta_t = 0
+// here means "never" (the peer divides by DeltaT, so it has no off value:
+// a DeltaT longer than the run, as the initial commit's 1e9). The cosine
+// LR re-warm after a reset scales the update, not the gradient: not here.
 // beta2 is the fp32 value the preset holds (0.999f = 0.99900001287): its
 // 1 - beta2 differs from 0.001 by 1.3e-5 relative, and v carries that
 // factor directly (no bias correction), so the exact decimal would eat the
 // whole tolerance without saying anything about the rule.
 struct SpamRef {
   double theta = 5000, beta2 = static_cast<double>(0.999f), v = 0;
-  int grad_accu_steps = 20, step = 0;
+  int grad_accu_steps = 20, step = 0, delta_t = 500;
+  bool reset = false;  // this step zeroed the moments (the timer)
   RefVerdict operator()(double g) {
     ++step;
+    reset = delta_t != 0 && step % delta_t == 0;
+    if (reset) v = 0;
     RefVerdict r{false, 1.0, std::numeric_limits<double>::infinity()};
-    if (step >= grad_accu_steps) {
+    if (step >= grad_accu_steps && (delta_t == 0 || step % delta_t >= grad_accu_steps)) {
       r.margin = rel_margin(g * g, theta * v);
       if (g * g > theta * v) {
         const double gc = std::sqrt(theta * v);
@@ -269,15 +278,24 @@ struct OlmoRef {
 // so scale = 1): m = g1 m + (1-g1) n; v = g2 v + (1-g2) n^2 (the current
 // norm included); m_hat = m / (1 - g1^k); v_hat = v / (1 - g2^k);
 // grad *= (m_hat / (sqrt(v_hat) + eps)) / n when n > 0.
+// The restart (update_proj_gap, 1000 in the peer's constructor; 0 here
+// unless set): after the norm scaling of a step whose total_steps (1-based)
+// is a multiple of it, state['step'] = 1 (m and v kept; the next step uses
+// k = 2) and Adam's exp_avg, exp_avg_sq are zeroed (restarted() says so).
 struct AdaGNRef {
   double g1 = 0.7, g2 = 0.9, eps = 1e-8, m = 0, v = 0;
-  int k = 0;
+  int k = 0, restart_every = 0;
+  long total_steps = 0;
+  bool restarted = false;
   double operator()(double n) {
     ++k;
+    ++total_steps;
     m = g1 * m + (1 - g1) * n;
     v = g2 * v + (1 - g2) * n * n;
     const double mh = m / (1 - std::pow(g1, k)), vh = v / (1 - std::pow(g2, k));
     const double c = mh / (std::sqrt(vh) + eps);
+    restarted = restart_every != 0 && total_steps % restart_every == 0;
+    if (restarted) k = 1;
     return n > 0 ? c / n : 1.0;
   }
 };

@@ -9,6 +9,13 @@
 // that is a sample (a zero norm only with zero_is_sample, which the preset
 // sets); the replacement is applied while the unit is in recovery, which the
 // stabilizer preset makes "always" (AlwaysTrigger + Unlimited).
+//
+// restart_every (0 = off): Stable-SPAM's periodic restart (stablespam.py
+// @6a66da1, `update_proj_gap`, 1000 there): on every step t with
+// t % restart_every == 0, after this step's target, the bias-correction
+// count goes back to 1 while m and v keep their values, and the unit gets
+// kResetMoments (the peer zeroes Adam's exp_avg and exp_avg_sq of every
+// tensor on that step and restarts Adam's own bias correction at 1).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +32,7 @@ struct NormReplace {
   float gamma1 = 0.7f;
   float gamma2 = 0.9f;
   float eps = 1e-8f;
+  std::uint32_t restart_every = 0;
 
   struct State {
     float m, v;
@@ -53,6 +61,11 @@ struct NormReplace {
     if (v.flags & kZeroNorm) return;
     const float target = advance(s, v.norm);
     if ((v.flags & kInRecovery) && v.norm > 0.0f) d.scale = math::div(target, v.norm);
+    if (restart_every != 0u && v.step > 0 && v.step % static_cast<std::int64_t>(restart_every) == 0) {
+      s.g1_pow = static_cast<double>(gamma1);  // the count is 1: gamma^1
+      s.g2_pow = static_cast<double>(gamma2);
+      d.flags |= kResetMoments;
+    }
   }
   std::string check() const {
     return detail::first_error({detail::in_range_open_hi("NormReplace", "gamma1", gamma1, 0.0f, 1.0f),

@@ -40,6 +40,7 @@ struct Options {
   std::optional<float> z;            // zclip (z_thresh); skip-step (sigma_factor)
   std::optional<float> clip_factor;  // zclip
   std::optional<std::string> mean;   // gnmr*: "ema" (default) | "cumulative" | "window"
+  std::optional<std::int64_t> restart_every;  // stabilizer: Stable-SPAM's restart period (0 = off)
   // The systemic rule (gnmr/step/systemic.hpp), gnmr*: "off" | "clip-triggered" |
   // "global-clip" | "skip". gnmr and gnmr-ladder have it off, and take the
   // other systemic_* knobs only together with an action; gnmr-systemic has
@@ -74,7 +75,7 @@ inline const std::vector<PresetInfo>& preset_table() {
       {"adagc", false, {"tau", "beta", "warmup"}},
       {"spam", false, {"tau", "beta", "warmup"}},
       {"skip-step", true, {"z", "window", "warmup"}},
-      {"stabilizer", false, {}},
+      {"stabilizer", false, {"restart_every"}},
       {"gnmr", false, gnmr_knobs},
       {"gnmr-ladder", false, gnmr_knobs},
       {"gnmr-promote", false, gnmr_knobs},
@@ -106,6 +107,7 @@ inline std::vector<std::string> options_given(const Options& o) {
   if (o.z) g.push_back("z");
   if (o.clip_factor) g.push_back("clip_factor");
   if (o.mean) g.push_back("mean");
+  if (o.restart_every) g.push_back("restart_every");
   if (o.systemic_action) g.push_back("systemic_action");
   if (o.systemic_share) g.push_back("systemic_share");
   if (o.systemic_maxo) g.push_back("systemic_maxo");
@@ -299,7 +301,11 @@ auto with_preset(const std::string& name, std::size_t num_units, const Options& 
     }
     return f(skip_step(num_units, p));
   }
-  if (name == "stabilizer") return f(stabilizer(num_units));
+  if (name == "stabilizer") {
+    StabilizerParams p;
+    if (o.restart_every) p.restart_every = u32("restart_every", *o.restart_every);
+    return f(stabilizer(num_units, p));
+  }
   // gnmr-clip: GNMR's clip alone, under a name that will not change;
   // gnmr-systemic: the same with the systemic rule on; gnmr: clip + promotion
   // with the systemic rule and the denied-unit clip on (docs/stability.md

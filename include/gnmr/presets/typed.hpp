@@ -126,6 +126,10 @@ struct StabilizerParams {
   float gamma1 = 0.7f;
   float gamma2 = 0.9f;
   float eps = 1e-8f;
+  // Stable-SPAM's restart every update_proj_gap steps (1000 in the peer's
+  // code): 0 = off, the default, because the peer ties it to GaLore's
+  // projection gap (docs/presets.md, stabilizer).
+  std::uint32_t restart_every = 0;
 };
 
 // ----------------------------------------------------------- factories ----
@@ -200,7 +204,7 @@ inline Stabilizer stabilizer(std::size_t num_units, const StabilizerParams& p = 
   // AdaGN advances its statistics on every step, zero norms included.
   ControllerOptions opt;
   opt.zero_is_sample = true;
-  return Stabilizer(num_units, {}, {}, AlwaysTrigger{}, NormReplace{p.gamma1, p.gamma2, p.eps},
+  return Stabilizer(num_units, {}, {}, AlwaysTrigger{}, NormReplace{p.gamma1, p.gamma2, p.eps, p.restart_every},
                     Unlimited{1, 0}, opt);
 }
 

@@ -174,6 +174,24 @@ def test_presets_api():
     assert [p for p in names if gnmr.is_global(p)] == ["clip", "zclip", "skip-step"]
     assert gnmr.preset_overrides("zclip") == ["z", "warmup", "beta", "max_norm", "clip_factor"]
     assert "tau" in gnmr.preset_overrides("gnmr")
+    assert gnmr.preset_overrides("stabilizer") == ["restart_every"]
+
+
+def test_stabilizer_restart_every_resets_every_unit_on_its_steps():
+    # Stable-SPAM's restart (docs/presets.md, stabilizer): on steps 5 and 10
+    # every unit's moments are reset; never without the override.
+    m = make_model()
+    on = gnmr.Controller(m, "stabilizer", restart_every=5)
+    off = gnmr.Controller(m, "stabilizer")
+    for t in range(1, 12):
+        backward(m, t)
+        on._step(apply=False)
+        off._step(apply=False)
+        reset_on = [bool(f & gnmr.Flag.RESET_MOMENTS) for f in on.decisions().flags.tolist()]
+        assert reset_on == [t % 5 == 0] * on.num_units, t
+        assert not any(f & gnmr.Flag.RESET_MOMENTS for f in off.decisions().flags.tolist())
+    with pytest.raises(ValueError):
+        gnmr.Controller(m, "gnmr", restart_every=5)  # not an override of gnmr
 
 
 def test_summary_fields_and_counts():

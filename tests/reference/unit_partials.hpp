@@ -76,6 +76,46 @@ float emulate_chunk_partial(const NormChunk& c) {
                             [](float a, float b) { return Norm::combine(a, b); });
 }
 
+// A framework's pass with gnmr::cuda::deposit_chunk_partial
+// (gnmr/cuda/fused_partials.cuh) over one chunk: the 256 threads one after
+// another, each running xf over its own values (so the host buffer is
+// transformed in place, as on the device), then the block tree.
+template <class Norm, class Xform>
+float emulate_deposit_chunk_partial(const NormChunk& c, const Xform& xf) {
+  std::vector<float> t(detail::kNormThreads);
+  for (std::uint32_t tid = 0; tid < detail::kNormThreads; ++tid) {
+    switch (c.dtype) {
+      case detail::kDF32:
+        t[tid] = detail::chunk_thread_partial_ex<Norm, detail::kDF32>(c.data, c.numel, tid, HostLoadVec{}, xf);
+        break;
+      case detail::kDBF16:
+        t[tid] = detail::chunk_thread_partial_ex<Norm, detail::kDBF16>(c.data, c.numel, tid, HostLoadVec{}, xf);
+        break;
+      default:
+        t[tid] = detail::chunk_thread_partial_ex<Norm, detail::kDF16>(c.data, c.numel, tid, HostLoadVec{}, xf);
+        break;
+    }
+  }
+  return emulate_block_tree(std::move(t), Norm::identity(),
+                            [](float a, float b) { return Norm::combine(a, b); });
+}
+
+// The per-unit fold of chunk partials: the last block of NormPlan's kernel,
+// and gnmr::cuda::fold_unit_partials.
+template <class Norm>
+std::vector<float> emulate_fold(const NormLayout& L, const std::vector<float>& cp) {
+  using F = detail::UnitFold<Norm>;
+  std::vector<float> out(L.num_units());
+  for (std::size_t u = 0; u < out.size(); ++u) {
+    std::vector<typename F::T> t(detail::kNormThreads);
+    for (std::uint32_t tid = 0; tid < detail::kNormThreads; ++tid)
+      t[tid] = detail::unit_thread_fold<Norm>(HostLoadPartial{cp.data()}, L.unit_begin[u], L.unit_begin[u + 1], tid);
+    out[u] = F::finish(emulate_block_tree(std::move(t), F::identity(),
+                                          [](typename F::T a, typename F::T b) { return F::merge(a, b); }));
+  }
+  return out;
+}
+
 // What gnmr::cuda::unit_partials<Norm> writes, computed on the host from a
 // layout whose chunk pointers are host memory. Same bits as the device when
 // every segment has the same address modulo 16 on both sides.

@@ -15,6 +15,7 @@
 #include "gnmr/cuda/block.cuh"
 #include "gnmr/cuda/controller.cuh"
 #include "gnmr/cuda/error.cuh"
+#include "gnmr/cuda/fused_partials.cuh"
 #include "gnmr/cuda/grid.cuh"
 #include "gnmr/cuda/memory.cuh"
 #include "gnmr/cuda/presets.cuh"

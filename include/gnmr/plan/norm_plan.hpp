@@ -187,9 +187,24 @@ struct ElemOps<kDF16> {
 // of them loaded before any is used; the fold order is still k ascending),
 // each vector lane j into accumulator j, the tail to threads 0..r-1. The
 // accumulators then fold in a fixed pairwise tree.
-template <class Norm, std::uint32_t D, class LoadVec>
-GNMR_HOST_DEVICE float chunk_thread_partial(const void* data, std::uint32_t n, std::uint32_t tid,
-                                            const LoadVec& load) {
+//
+// Xform: what a framework's own pass does to each value before it is
+// summed (gnmr/cuda/fused_partials.cuh): xf.vec<D>(v, where) may change the
+// 16-byte vector v loaded from `where` (and store it back), xf.elem<D>(b,
+// where) the same for one head or tail element; D is the chunk's dtype
+// (kDF32, kDBF16, kDF16). The sum is over the values after xf, in exactly
+// the order above, so a chunk's partial equals NormPlan's over the
+// transformed data, bit for bit. NoXform reads only.
+struct NoXform {
+  template <std::uint32_t D>
+  GNMR_HOST_DEVICE void vec(Vec16&, const Vec16*) const {}
+  template <std::uint32_t D, class Bits>
+  GNMR_HOST_DEVICE void elem(Bits&, const Bits*) const {}
+};
+
+template <class Norm, std::uint32_t D, class LoadVec, class Xform>
+GNMR_HOST_DEVICE float chunk_thread_partial_ex(const void* data, std::uint32_t n, std::uint32_t tid,
+                                               const LoadVec& load, const Xform& xf) {
   using E = ElemOps<D>;
   using Bits = typename E::Bits;
   constexpr std::uint32_t V = E::kVec;
@@ -204,7 +219,11 @@ GNMR_HOST_DEVICE float chunk_thread_partial(const void* data, std::uint32_t n, s
   // clang-format off
 GNMR_UNROLL
   for (std::uint32_t j = 0; j < V; ++j) acc[j] = Norm::identity();
-  if (tid < h) acc[0] = Norm::combine(acc[0], Norm::element(E::decode(p[tid])));
+  if (tid < h) {
+    Bits b = p[tid];
+    xf.template elem<D>(b, p + tid);
+    acc[0] = Norm::combine(acc[0], Norm::element(E::decode(b)));
+  }
   const std::uint32_t nv = (n - h) / V;
   const Vec16* body = reinterpret_cast<const Vec16*>(p + h);
   std::uint32_t k = tid;
@@ -213,24 +232,37 @@ GNMR_UNROLL
 GNMR_UNROLL
     for (std::uint32_t u = 0; u < U; ++u) v[u] = load(body + k + u * B);
 GNMR_UNROLL
-    for (std::uint32_t u = 0; u < U; ++u)
+    for (std::uint32_t u = 0; u < U; ++u) {
+      xf.template vec<D>(v[u], body + k + u * B);
 GNMR_UNROLL
       for (std::uint32_t j = 0; j < V; ++j)
         acc[j] = Norm::combine(acc[j], Norm::element(E::lane(v[u], j)));
+    }
   }
   for (; k < nv; k += B) {
-    const Vec16 v = load(body + k);
+    Vec16 v = load(body + k);
+    xf.template vec<D>(v, body + k);
 GNMR_UNROLL
     for (std::uint32_t j = 0; j < V; ++j) acc[j] = Norm::combine(acc[j], Norm::element(E::lane(v, j)));
   }
   const std::uint32_t tail = (n - h) - nv * V;
-  if (tid < tail) acc[0] = Norm::combine(acc[0], Norm::element(E::decode(p[h + nv * V + tid])));
+  if (tid < tail) {
+    Bits b = p[h + nv * V + tid];
+    xf.template elem<D>(b, p + h + nv * V + tid);
+    acc[0] = Norm::combine(acc[0], Norm::element(E::decode(b)));
+  }
 GNMR_UNROLL
   for (std::uint32_t w = V / 2; w >= 1; w /= 2)
 GNMR_UNROLL
     for (std::uint32_t j = 0; j < w; ++j) acc[j] = Norm::combine(acc[j], acc[j + w]);
   // clang-format on
   return acc[0];
+}
+
+template <class Norm, std::uint32_t D, class LoadVec>
+GNMR_HOST_DEVICE float chunk_thread_partial(const void* data, std::uint32_t n, std::uint32_t tid,
+                                            const LoadVec& load) {
+  return chunk_thread_partial_ex<Norm, D>(data, n, tid, load, NoXform{});
 }
 
 // ---- Stage 3: a unit's chunk partials --------------------------------------

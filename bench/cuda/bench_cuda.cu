@@ -8,6 +8,11 @@
 //   AdamW            llama-1.26B, fp32 grads: unguarded fused AdamW
 //                    (28 B/param) and the guarded step = norms + controller
 //                    + AdamW (32 B/param); roofline = bytes / copy bandwidth
+//   fused            llama-1.26B fp32 (issue 22): a framework's unscale pass
+//                    + unguarded AdamW, against unscale + norms + controller +
+//                    guarded AdamW (two reads of the gradients) and the
+//                    unscale pass depositing the norms (fused_partials.cuh)
+//                    + fold + controller + guarded AdamW; target <= 1.02x
 // Timing: CUDA events, warm-up, median of --reps runs; inputs are random
 // (hash-filled), never zeros, and far larger than L2 except the controller
 // state itself. Prints a markdown table last. --only norms|controller|adamw runs
@@ -23,6 +28,7 @@
 
 #include "../../tests/support/trace_gen.hpp"
 #include "gnmr/cuda/all.cuh"
+#include "../../examples/unscale_check.hpp"
 #include "layouts.hpp"
 
 namespace {
@@ -277,6 +283,76 @@ void bench_adamw(double copy_bw, cudaStream_t s) {
   cudaGraphDestroy(gr);
 }
 
+// The framework's own unscale pass (what it runs with or without gnmr):
+// g *= inv in place, a found-inf flag; 16-byte accesses over the flat buffer.
+__global__ void unscale_plain(uint4* g, std::uint64_t n16, float inv, unsigned* found) {
+  const example::UnscaleCheck xf{inv, found};
+  const std::uint64_t stride = static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
+  for (std::uint64_t i = blockIdx.x * static_cast<std::uint64_t>(blockDim.x) + threadIdx.x; i < n16; i += stride) {
+    gnmr::detail::Vec16 v;
+    const uint4 u = g[i];
+    v.w[0] = u.x, v.w[1] = u.y, v.w[2] = u.z, v.w[3] = u.w;
+    xf.vec<gnmr::detail::kDF32>(v, reinterpret_cast<const gnmr::detail::Vec16*>(g + i));
+  }
+}
+// The same pass depositing gnmr's chunk partials (one block per chunk).
+__global__ void unscale_fused(gnmr::cuda::FusedNormView view, float inv, unsigned* found) {
+  gnmr::cuda::deposit_chunk_partial<gnmr::L2Norm>(view, blockIdx.x, example::UnscaleCheck{inv, found});
+}
+
+void bench_fused(double copy_bw, cudaStream_t s) {
+  const bench_layouts::Layout L = bench_layouts::llama_1b26();
+  Flat g(L, 4, 0, 21), p(L, 4, 0, 22), m(L, 4, 0, 23), v(L, 4, 0, 24);
+  BK(cudaMemset(m.buf.get(), 0, m.bytes));
+  BK(cudaMemset(v.buf.get(), 0, v.bytes));
+  BK(cudaDeviceSynchronize());
+  std::vector<gnmr::Segment> segs;
+  std::vector<gnmr::AdamWTensor> ts;
+  for (std::size_t i = 0; i < L.numel.size(); ++i) {
+    const auto u = static_cast<std::uint32_t>(i);
+    segs.push_back({g.ptr[i], L.numel[i], gnmr::DType::kF32, u});
+    ts.push_back({static_cast<float*>(p.ptr[i]), g.ptr[i], static_cast<float*>(m.ptr[i]), static_cast<float*>(v.ptr[i]),
+                  L.numel[i], gnmr::DType::kF32, u});
+  }
+  const std::size_t units = L.numel.size();
+  gnmr::cuda::NormPlan plan(segs, units);
+  gnmr::cuda::DeviceController<> ctl(units);
+  gnmr::cuda::AdamWPlan opt(ts, units);
+  gnmr::cuda::DeviceBuffer partials(units * sizeof(float));
+  gnmr::cuda::DeviceBuffer found(sizeof(unsigned));
+  gnmr::AdamWParams h;
+  h.lr = 1e-6f;
+  // inv = 1: the gradients keep their values run after run (what is timed
+  // is the traffic, not the arithmetic).
+  const float inv = 1.0f;
+  const double n = static_cast<double>(L.total());
+  const auto unscale = [&] {
+    unscale_plain<<<g_sms * 8, 256, 0, s>>>(static_cast<uint4*>(g.buf.get()), g.bytes / 16, inv, found.as<unsigned>());
+    BK(cudaGetLastError());
+  };
+  const double unguarded = median_ms([&] { unscale(); BK(gnmr::cuda::adamw_step(opt, h, nullptr, s)); }, s);
+  report("unscale + fused AdamW, unguarded (36 B/param)", L.name, unguarded, 36.0 * n, 36.0 * n / copy_bw * 1e3, "-");
+  const double two = median_ms([&] {
+    unscale();
+    BK(gnmr::cuda::unit_partials(plan, partials.as<float>(), s));
+    BK(ctl.step(partials.as<float>(), s));
+    BK(gnmr::cuda::adamw_step(opt, h, ctl.decisions(), s, nullptr, ctl.summary()));
+  }, s);
+  report("unscale + norms + ctl + guarded AdamW (40 B/param)", L.name, two, 40.0 * n, 40.0 * n / copy_bw * 1e3,
+         "x" + std::to_string(two / unguarded).substr(0, 5) + " of unguarded");
+  const double fused = median_ms([&] {
+    unscale_fused<<<static_cast<unsigned>(plan.num_chunks()), gnmr::cuda::kFusedThreads, 0, s>>>(
+        gnmr::cuda::fused_view(plan), inv, found.as<unsigned>());
+    BK(cudaGetLastError());
+    BK(gnmr::cuda::fold_unit_partials(plan, partials.as<float>(), s));
+    BK(ctl.step(partials.as<float>(), s));
+    BK(gnmr::cuda::adamw_step(opt, h, ctl.decisions(), s, nullptr, ctl.summary()));
+  }, s);
+  report("unscale with norms + fold + ctl + guarded AdamW (36 B/param)", L.name, fused, 36.0 * n,
+         36.0 * n / copy_bw * 1e3,
+         "<= 1.02x unguarded: x" + std::to_string(fused / unguarded).substr(0, 5));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -300,7 +376,7 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   BK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
-  const double copy_bw = want("norms") || want("adamw") ? copy_bandwidth(s) : 0.0;
+  const double copy_bw = want("norms") || want("adamw") || want("fused") ? copy_bandwidth(s) : 0.0;
   if (want("norms")) {
     bench_norms(bench_layouts::llama_1b26(), gnmr::DType::kF32, s);
     bench_norms(bench_layouts::many_small(), gnmr::DType::kF32, s);
@@ -312,6 +388,7 @@ int main(int argc, char** argv) {
     bench_controller(1000000, s);
   }
   if (want("adamw") && prop.totalGlobalMem > (30ull << 30)) bench_adamw(copy_bw, s);
+  if (want("fused") && prop.totalGlobalMem > (30ull << 30)) bench_fused(copy_bw, s);
 
   std::printf("\n| work | layout | median ms | GB/s | roofline ms | x roofline | target |\n");
   std::printf("|---|---|---:|---:|---:|---:|---|\n");

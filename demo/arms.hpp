@@ -60,7 +60,7 @@ inline const std::vector<ArmDef>& arm_table() {
       {"clip", "clip", {}, P::kController, Table::kNone, false, false, "", "global clipping at 1.0 (with --recipe-clip 0)"},
       {"zclip", "zclip", {}, P::kController, Table::kNone, false, true, "", "ZClip, replacing the recipe's clip"},
       {"adagc", "adagc", {}, P::kController, Table::kNone, false, false, "", "AdaGC, per unit"},
-      {"spam", "spam", {}, P::kController, Table::kNone, false, false, "", "SPAM's spike rule, per unit"},
+      {"spam", "spam", {}, P::kController, Table::kNone, false, false, "", "SPAM's spike rule per unit, with its DeltaT=500 timer"},
       {"skip-step", "skip-step", {}, P::kController, Table::kNone, false, false, "", "OLMo-core's skip-step"},
       {"stabilizer", "stabilizer", {}, P::kController, Table::kNone, false, false, "",
        "Stable-SPAM's AdaGN (GradientStabilizer)"},

@@ -58,7 +58,8 @@ step; nan/inf/-inf cells are valid) and reports what they did.
   --maxo N         at most N units in recovery at once  (default 4)
   --lock N         recovery lasts N steps               (default 8)
   --cooldown N     steps after a lock before a new grant (default 0)
-  --restart-every N  stabilizer: Stable-SPAM's restart every N steps (0 = off, the default)
+  --restart-every N  stabilizer: Stable-SPAM's restart every N steps (0 = off, the default);
+                     spam: SPAM's DeltaT timer (500 by default; 0 = off)
   --kappa X        clip a unit in recovery to kappa * mean (default 1)
  Systemic rule (gnmr presets; on in gnmr and gnmr-systemic, off in the
  others unless an action is given; docs/algorithm.md, "Systemic steps"):

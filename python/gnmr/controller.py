@@ -54,7 +54,7 @@ class Controller:
             in C++: ``tau``, ``delta``, ``warmup``, ``window``,
             ``delta_window``, ``beta``, ``max_o``, ``lock``, ``cooldown``,
             ``kappa``, ``max_norm``, ``z``, ``clip_factor``, ``mean``,
-            ``restart_every`` (stabilizer).
+            ``restart_every`` (stabilizer, spam).
 
     Raises:
         ValueError: an unknown preset or override, an override the preset

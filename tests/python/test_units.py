@@ -175,6 +175,7 @@ def test_presets_api():
     assert gnmr.preset_overrides("zclip") == ["z", "warmup", "beta", "max_norm", "clip_factor"]
     assert "tau" in gnmr.preset_overrides("gnmr")
     assert gnmr.preset_overrides("stabilizer") == ["restart_every"]
+    assert gnmr.preset_overrides("spam") == ["tau", "beta", "warmup", "restart_every"]
 
 
 def test_stabilizer_restart_every_resets_every_unit_on_its_steps():

@@ -169,6 +169,24 @@ TEST_CASE("every override reaches its policy", "[dyn]") {
     auto c = presets::spam(5, p);
     same_run(*d, c, 27);
   }
+  SECTION("spam: restart_every (SPAM's DeltaT), with warmup moving the quiet window") {
+    Options o;
+    o.restart_every = 37, o.warmup = 5;
+    auto d = presets::make("spam", 5, o);
+    presets::SpamParams p;
+    p.delta_t = 37, p.grad_accu_steps = 6;
+    auto c = presets::spam(5, p);
+    same_run(*d, c, 28);  // 400 steps: ten restarts
+  }
+  SECTION("stabilizer: restart_every") {
+    Options o;
+    o.restart_every = 50;
+    auto d = presets::make("stabilizer", 5, o);
+    presets::StabilizerParams p;
+    p.restart_every = 50;
+    auto c = presets::stabilizer(5, p);
+    same_run(*d, c, 29);
+  }
   SECTION("skip-step: z, window (warm-up follows it), warmup") {
     Options o;
     o.z = 3.0f, o.window = 60;

@@ -40,7 +40,8 @@ struct Options {
   std::optional<float> z;            // zclip (z_thresh); skip-step (sigma_factor)
   std::optional<float> clip_factor;  // zclip
   std::optional<std::string> mean;   // gnmr*: "ema" (default) | "cumulative" | "window"
-  std::optional<std::int64_t> restart_every;  // stabilizer: Stable-SPAM's restart period (0 = off)
+  std::optional<std::int64_t> restart_every;  // stabilizer: Stable-SPAM's restart period (0 = off, the
+                                              // default); spam: SPAM's DeltaT timer (500; 0 = off)
   // The systemic rule (gnmr/step/systemic.hpp), gnmr*: "off" | "clip-triggered" |
   // "global-clip" | "skip". gnmr and gnmr-ladder have it off, and take the
   // other systemic_* knobs only together with an action; gnmr-systemic has
@@ -73,7 +74,7 @@ inline const std::vector<PresetInfo>& preset_table() {
       {"clip", true, {"max_norm"}},
       {"zclip", true, {"z", "warmup", "beta", "max_norm", "clip_factor"}},
       {"adagc", false, {"tau", "beta", "warmup"}},
-      {"spam", false, {"tau", "beta", "warmup"}},
+      {"spam", false, {"tau", "beta", "warmup", "restart_every"}},
       {"skip-step", true, {"z", "window", "warmup"}},
       {"stabilizer", false, {"restart_every"}},
       {"gnmr", false, gnmr_knobs},
@@ -276,13 +277,16 @@ auto with_preset(const std::string& name, std::size_t num_units, const Options& 
   if (name == "spam") {
     SpamParams p;
     if (o.beta) p.beta2 = *o.beta;
+    if (o.restart_every) p.delta_t = u32("restart_every", *o.restart_every);
+    // warmup is given in the controller's own terms (samples before the
+    // first check), i.e. grad_accu_steps - 1; the timer's quiet window
+    // follows it.
+    if (o.warmup) p.grad_accu_steps = u32("warmup", *o.warmup) + 1u;
     auto c = spam(num_units, p);
-    // tau and warmup are given in the controller's own terms (sqrt(theta),
-    // samples before the first check), so they go to the trigger directly.
-    if (o.tau || o.warmup) {
+    // tau is sqrt(theta): it goes to the trigger directly.
+    if (o.tau) {
       auto ps = c.policies();
-      if (o.tau) ps.trigger.tau = *o.tau;
-      if (o.warmup) ps.trigger.warmup = u32("warmup", *o.warmup);
+      ps.trigger.tau = *o.tau;
       c = Spam(num_units, ps);
     }
     return f(std::move(c));

@@ -111,6 +111,11 @@ struct SpamParams {
   // SPAM checks from its grad_accu_steps-th step on (current_step >= 20),
   // i.e. once grad_accu_steps - 1 samples are in v.
   std::uint32_t grad_accu_steps = 20;
+  // SPAM's timer (DeltaT, 500 in the peer's constructor): every delta_t
+  // steps every unit's v restarts from zero, its moments are reset, and no
+  // unit is checked for grad_accu_steps steps (ControllerOptions::timer).
+  // 0 = off.
+  std::uint32_t delta_t = 500;
 };
 struct SkipStepParams {
   int rolling_interval_length = 128;  // at most 128 (WindowMean<128>)
@@ -177,8 +182,11 @@ inline Spam spam(std::size_t num_units, const SpamParams& p = {}) {
   t.warmup = p.grad_accu_steps > 0 ? p.grad_accu_steps - 1 : 0;
   t.clamp_feed = true;  // v follows the clipped value sqrt(theta v)
   using R = Compose<ClipToTarget, ResetMoments>;
+  ControllerOptions opt;
+  opt.timer.every = p.delta_t;
+  opt.timer.quiet = p.delta_t != 0u ? p.grad_accu_steps : 0u;
   return Spam(num_units, {}, EmaSquareMean{p.beta2}, t, R{ClipToTarget{0.0f}, {ResetMoments{}}},
-              Unlimited{1, 0});
+              Unlimited{1, 0}, opt);
 }
 
 inline std::uint32_t skip_step_warmup(int rolling_interval_length) {

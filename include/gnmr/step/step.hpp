@@ -44,12 +44,26 @@ struct ControllerOptions {
   SystemicRule systemic{};
   // A triggered unit that gets no slot: a clip without a slot. Off by default.
   DeniedRule denied{};
+  // A periodic restart of every unit's statistic (SPAM's DeltaT timer,
+  // galore_torch/SPAM.py @e8185fb): on every step t with t % every == 0 each
+  // unit's mean tracker and trigger state start afresh *before* that step's
+  // verdict (the step's own sample is the first one in), the unit gets
+  // kResetMoments, and no unit is judged while t % every < quiet (kWarmup).
+  // every = 0: off, the default (the decisions are then today's, bit for bit).
+  struct TimerRule {
+    std::uint32_t every = 0;
+    std::uint32_t quiet = 0;
+  } timer{};
 
   std::string check() const {
     return detail::first_error({(eps > 0.0f && is_finite(eps))
                                     ? std::string()
                                     : detail::bad("ControllerOptions", "eps", "finite and > 0", eps),
-                                systemic.check(), denied.check()});
+                                systemic.check(), denied.check(),
+                                timer.every != 0u && timer.quiet > timer.every
+                                    ? detail::bad("ControllerOptions", "timer.quiet", "<= timer.every",
+                                                  static_cast<float>(timer.quiet))
+                                    : std::string()});
   }
 };
 
@@ -120,19 +134,35 @@ GNMR_HOST_DEVICE bool is_candidate(std::uint32_t flags) {
   return (flags & kTriggered) && !(flags & (kInRecovery | kCooldown | kNonFinite));
 }
 
+// ControllerOptions::timer: does step t restart every unit's statistic, and
+// is it inside the quiet window after a restart?
+GNMR_HOST_DEVICE bool timer_restarts(const ControllerOptions& o, std::int64_t t) {
+  return o.timer.every != 0u && t > 0 && t % static_cast<std::int64_t>(o.timer.every) == 0;
+}
+GNMR_HOST_DEVICE bool timer_quiet(const ControllerOptions& o, std::int64_t t) {
+  return o.timer.every != 0u && t >= static_cast<std::int64_t>(o.timer.every) &&
+         t % static_cast<std::int64_t>(o.timer.every) < static_cast<std::int64_t>(o.timer.quiet);
+}
+
 // Phase 1 (pure): unit i's view at step t from its state and norm.
 template <class PS>
 GNMR_HOST_DEVICE UnitView evaluate_unit(const PS& p, const typename PS::UnitState& s, float norm,
-                                        std::int64_t t, std::uint32_t unit) {
+                                        std::int64_t t, std::uint32_t unit);
+
+template <class PS>
+GNMR_HOST_DEVICE UnitView evaluate_unit_from(const PS& p, const typename PS::UnitState& s,
+                                             const typename PS::MeanT::State& ms,
+                                             const typename PS::TriggerT::State& ts, float norm,
+                                             std::int64_t t, std::uint32_t unit) {
   using Rules = typename PS::BudgetT::Rules;
   UnitView v{};
   v.norm = norm;
   v.unit = unit;
   v.step = t;
   v.granted_at = s.budget.granted_at;
-  v.count = PS::MeanT::count(s.mean);
-  v.mean = p.mean.mean(s.mean);
-  v.stddev = stddev_of(p.mean, s.mean);
+  v.count = PS::MeanT::count(ms);
+  v.mean = p.mean.mean(ms);
+  v.stddev = stddev_of(p.mean, ms);
   if (Rules::in_recovery(p.budget, s.budget, t))
     v.flags |= kInRecovery;
   else if (!Rules::eligible(p.budget, s.budget, t))
@@ -148,9 +178,25 @@ GNMR_HOST_DEVICE UnitView evaluate_unit(const PS& p, const typename PS::UnitStat
     return v;
   }
   v.ratio = v.count >= 1 ? math::div(norm, math::max(v.mean, p.opt.eps)) : 0.0f;
-  p.trigger.evaluate(s.trigger, v);
+  p.trigger.evaluate(ts, v);
   if (is_nan(v.risk)) v.risk = 0.0f;
+  if (timer_quiet(p.opt, t)) {  // the timer's quiet window: no verdict
+    v.flags = (v.flags & ~kTriggered) | kWarmup;
+    v.risk = 0.0f;
+  }
   return v;
+}
+
+template <class PS>
+GNMR_HOST_DEVICE UnitView evaluate_unit(const PS& p, const typename PS::UnitState& s, float norm,
+                                        std::int64_t t, std::uint32_t unit) {
+  if (timer_restarts(p.opt, t)) {
+    // Judged against a fresh statistic: what the timer restarts.
+    const typename PS::MeanT::State m0 = PS::MeanT::init();
+    const typename PS::TriggerT::State t0 = PS::TriggerT::init();
+    return evaluate_unit_from(p, s, m0, t0, norm, t, unit);
+  }
+  return evaluate_unit_from(p, s, s.mean, s.trigger, norm, t, unit);
 }
 
 // Phase 3: apply the selection's verdict and the step's systemic outcome,
@@ -173,6 +219,11 @@ GNMR_HOST_DEVICE UnitView commit_unit(const PS& p, typename PS::UnitState& s, Un
   }
   const bool unserved = (v.flags & kTriggered) && !(v.flags & kInRecovery);
   if (unserved && sys.action == 0u) v.flags |= kDenied;
+  const bool restart = timer_restarts(p.opt, v.step);
+  if (restart) {  // the timer (ControllerOptions::timer): evaluate_unit saw these fresh states
+    s.mean = PS::MeanT::init();
+    s.trigger = PS::TriggerT::init();
+  }
   dec.scale = 1.0f;
   dec.flags = v.flags;
   if (v.flags & kNonFinite) {
@@ -214,6 +265,7 @@ GNMR_HOST_DEVICE UnitView commit_unit(const PS& p, typename PS::UnitState& s, Un
       p.mean.push(s.mean, p.trigger.feed(v));
       p.trigger.update(s.trigger, v);
     }
+    if (restart) dec.flags |= kResetMoments;
   }
   v.flags = dec.flags;
   if (rep) {

@@ -176,6 +176,7 @@ def test_presets_api():
     assert "tau" in gnmr.preset_overrides("gnmr")
     assert gnmr.preset_overrides("stabilizer") == ["restart_every"]
     assert gnmr.preset_overrides("spam") == ["tau", "beta", "warmup", "restart_every"]
+    assert gnmr.preset_overrides("adagc") == ["tau", "beta", "warmup", "max_norm"]
 
 
 def test_stabilizer_restart_every_resets_every_unit_on_its_steps():

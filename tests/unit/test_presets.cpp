@@ -78,7 +78,9 @@ TEST_CASE("adagc preset reproduces AdaGC's per-tensor rule", "[presets]") {
   const int U = 6, T = 1500;
   SECTION("per-tensor rule, warm-up global clip off (max_norm = inf)") {
     const auto tr = unit_traces(31, U, T);
-    auto c = presets::adagc(U);
+    presets::AdaGCParams p;
+    p.clip_grad = std::numeric_limits<float>::infinity();
+    auto c = presets::adagc(U, p);
     AdaGCRef ref;
     ref.max_norm = std::numeric_limits<double>::infinity();
     Comparator cmp;
@@ -94,34 +96,30 @@ TEST_CASE("adagc preset reproduces AdaGC's per-tensor rule", "[presets]") {
     }
     cmp.finish();
   }
-  SECTION("with the official warm-up: clip preset on the global norm for 100 steps") {
-    // The recipe of docs/presets.md: for t <= start_clip_steps run the clip
-    // preset on the sum of the partials, scale every tensor by its
-    // coefficient c, and feed AdaGC the clipped norms n_i * c.
+  SECTION("by name, with AdaGC's warm-up global clip (clip_grad 1.0, 100 steps)") {
+    // make("adagc") at AdaGC's defaults: the first 100 steps clip the global
+    // norm at 1.0 (kSystemic on every unit when it acts) and each tensor's
+    // minimum is taken after it; then the per-tensor rule.
     const auto tr = unit_traces(32, U, T);
-    auto c = presets::adagc(U);
-    auto warm = presets::global_clip(1);
+    auto c = presets::make("adagc", U);
     AdaGCRef ref;
     Comparator cmp;
-    std::vector<float> row(U), fed(U);
+    std::vector<float> row(U);
+    int warm_clips = 0;
     for (int t = 0; t < T; ++t) {
       for (int u = 0; u < U; ++u) row[u] = tr[u][t] * 0.1f;  // global norm around 1
       const auto rv = ref.step(row);
-      if (t + 1 <= 100) {
-        double sq = 0;
-        for (float x : row) sq += double(x) * x;
-        const float partial = static_cast<float>(sq);
-        warm.step(&partial, 1);
-        const gnmr::UnitDecision g = warm.decisions()[0];
-        for (int u = 0; u < U; ++u) fed[u] = row[u] * g.scale;
-        c.step_norms(fed);
-        for (int u = 0; u < U; ++u) cmp(rv[u], g, is_triggered(g), t + 1, u);
-      } else {
-        c.step_norms(row);
-        for (int u = 0; u < U; ++u)
-          cmp(rv[u], c.decisions()[u], is_triggered(c.decisions()[u]), t + 1, u);
+      c->step_norms(row);
+      for (int u = 0; u < U; ++u) {
+        const auto& d = c->decisions()[u];
+        const bool acted = is_triggered(d) || (d.flags & gnmr::kSystemic) != 0u;
+        if (t < 100) REQUIRE(!is_triggered(d));
+        if (t >= 100) REQUIRE((d.flags & gnmr::kSystemic) == 0u);
+        warm_clips += (t < 100 && acted) ? 1 : 0;
+        cmp(rv[u], d, acted, t + 1, u);
       }
     }
+    CHECK(warm_clips > 0);  // the warm-up clip acted
     cmp.finish();
   }
 }

@@ -270,8 +270,9 @@ class DeviceController {
     const unsigned int nb = static_cast<unsigned int>(blocks_for(n_));
     // global-clip's per-block tree of squares: dynamic shared memory, so the
     // other actions (and no rule) keep the evaluate kernel's footprint as it was.
-    const std::size_t sq_smem =
-        p_.opt.systemic.action == SystemicAction::kGlobalClip ? gnmr::detail::kSelectThreads * sizeof(double) : 0u;
+    const std::size_t sq_smem = gnmr::detail::needs_total(p_.opt.systemic, p_.opt.warmup_clip)
+                                    ? gnmr::detail::kSelectThreads * sizeof(double)
+                                    : 0u;
     detail::ctrl_evaluate_select<Policies, kFinish><<<nb, gnmr::detail::kSelectThreads, sq_smem, stream>>>(a, in);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;

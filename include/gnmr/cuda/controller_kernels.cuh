@@ -175,6 +175,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_evaluate_select(CtrlArgs<
   // The systemic rule's share of the work below is behind branches on this
   // kernel parameter: uniform, and nothing at all when the rule is off.
   const SystemicAction action = a.p.opt.systemic.action;
+  const bool need_total = gnmr::detail::needs_total(a.p.opt.systemic, a.p.opt.warmup_clip);
   std::uint64_t key = 0u;
   int held = 0, cand = 0, trig = 0;
   double sq = 0.0;
@@ -186,7 +187,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_evaluate_select(CtrlArgs<
     held = (v.flags & kInRecovery) ? 1 : 0;
     cand = gnmr::detail::is_candidate(v.flags) ? 1 : 0;
     trig = (v.flags & kTriggered) ? 1 : 0;
-    if (action == SystemicAction::kGlobalClip) sq = gnmr::detail::total_square(norm);
+    if (need_total) sq = gnmr::detail::total_square(norm);
     key = cand ? gnmr::detail::rank_key(v.risk, i) : 0u;
     a.norm[i] = norm;
     a.key[i] = key;
@@ -195,7 +196,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_evaluate_select(CtrlArgs<
   const std::uint32_t ncand = static_cast<std::uint32_t>(__syncthreads_count(cand));
   const std::uint32_t ntrig =
       action != SystemicAction::kOff ? static_cast<std::uint32_t>(__syncthreads_count(trig)) : 0u;
-  if (action == SystemicAction::kGlobalClip) {
+  if (need_total) {
     s_sq[threadIdx.x] = sq;
     __syncthreads();
     block_tree_256(s_sq);
@@ -226,10 +227,13 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_evaluate_select(CtrlArgs<
   const std::uint32_t h = s_tot.v[0];
   const std::uint32_t c = s_tot.v[1];
   double total_sq = 0.0;
-  if (action == SystemicAction::kGlobalClip) total_sq = block_sums_tree(a.block_sq, gridDim.x, s_sq);
-  if (threadIdx.x == 0)
-    *a.sys = gnmr::detail::decide_systemic(a.p.opt.systemic, a.systemic_threshold, s_tot.v[2],
-                                           static_cast<float>(total_sq), *a.global);
+  if (need_total) total_sq = block_sums_tree(a.block_sq, gridDim.x, s_sq);
+  if (threadIdx.x == 0) {
+    SystemicStep sy = gnmr::detail::decide_systemic(a.p.opt.systemic, a.systemic_threshold, s_tot.v[2],
+                                                    static_cast<float>(total_sq), *a.global);
+    sy.warm_scale = gnmr::detail::warmup_clip_scale(a.p.opt.warmup_clip, t, static_cast<float>(total_sq));
+    *a.sys = sy;
+  }
   const std::uint32_t g = gnmr::detail::grants_wanted(a.slots, h, c);
   gnmr::detail::SelectRule rule;
   if (g == 0u) {

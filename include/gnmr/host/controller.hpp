@@ -56,7 +56,7 @@ class GnmrController {
     candidates_.reserve(num_units);
     promoted_.reserve(num_units);
     threshold_ = detail::systemic_threshold(opt.systemic, num_units, budget.slots());
-    if (opt.systemic.action == SystemicAction::kGlobalClip)
+    if (detail::needs_total(opt.systemic, opt.warmup_clip))
       total_scratch_.assign(detail::total_scratch_size(num_units), 0.0);
   }
 
@@ -175,10 +175,11 @@ class GnmrController {
     }
     for (std::size_t j = 0; j < n_grant; ++j) reports_[candidates_[j]].flags |= kGranted;
     // The step-wide systemic outcome (the total norm only for global-clip).
-    const float total_sq = p_.opt.systemic.action == SystemicAction::kGlobalClip
+    const float total_sq = detail::needs_total(p_.opt.systemic, p_.opt.warmup_clip)
                                ? static_cast<float>(detail::total_sq_tree(norms_.data(), n, total_scratch_.data()))
                                : 0.0f;
-    const SystemicStep sys = detail::decide_systemic(p_.opt.systemic, threshold_, triggered, total_sq, global_);
+    SystemicStep sys = detail::decide_systemic(p_.opt.systemic, threshold_, triggered, total_sq, global_);
+    sys.warm_scale = detail::warmup_clip_scale(p_.opt.warmup_clip, t, total_sq);
     // Phase 3 + 4: commit every unit, then summarise.
     detail::SummaryAcc acc = detail::SummaryAcc::zero();
     promoted_.clear();
@@ -204,7 +205,7 @@ class GnmrController {
   std::vector<double> numel_;
   std::vector<std::uint32_t> candidates_;
   std::vector<std::uint32_t> promoted_;
-  std::vector<double> total_scratch_;  // global-clip's block sums
+  std::vector<double> total_scratch_;  // the total norm's block sums (global-clip, warm-up clip)
   GlobalState global_ = init_global();
   std::uint32_t threshold_ = 0;
   bool numel_set_ = false;

@@ -36,7 +36,8 @@ struct Options {
   std::optional<std::int64_t> lock;      // gnmr*
   std::optional<std::int64_t> cooldown;  // gnmr*
   std::optional<float> kappa;            // gnmr*
-  std::optional<float> max_norm;     // clip; zclip (max_grad_norm, +inf = none)
+  std::optional<float> max_norm;     // clip; zclip (max_grad_norm, +inf = none); adagc (clip_grad
+                                     // of its warm-up global clip, +inf = none)
   std::optional<float> z;            // zclip (z_thresh); skip-step (sigma_factor)
   std::optional<float> clip_factor;  // zclip
   std::optional<std::string> mean;   // gnmr*: "ema" (default) | "cumulative" | "window"
@@ -73,7 +74,7 @@ inline const std::vector<PresetInfo>& preset_table() {
       {"none", false, {}},
       {"clip", true, {"max_norm"}},
       {"zclip", true, {"z", "warmup", "beta", "max_norm", "clip_factor"}},
-      {"adagc", false, {"tau", "beta", "warmup"}},
+      {"adagc", false, {"tau", "beta", "warmup", "max_norm"}},
       {"spam", false, {"tau", "beta", "warmup", "restart_every"}},
       {"skip-step", true, {"z", "window", "warmup"}},
       {"stabilizer", false, {"restart_every"}},
@@ -272,6 +273,7 @@ auto with_preset(const std::string& name, std::size_t num_units, const Options& 
     if (o.tau) p.clip_ratio = *o.tau;
     if (o.beta) p.beta = *o.beta;
     if (o.warmup) p.start_clip_steps = u32("warmup", *o.warmup);
+    if (o.max_norm) p.clip_grad = *o.max_norm;
     return f(adagc(num_units, p));
   }
   if (name == "spam") {

@@ -104,6 +104,10 @@ struct AdaGCParams {
   float beta = 0.99f;
   float eps = 1e-6f;
   std::uint32_t start_clip_steps = 100;
+  // Steps 1..start_clip_steps: AdaGC's global clip at --clip-grad (1.0),
+  // each tensor's minimum taken after it (ControllerOptions::warmup_clip).
+  // +inf: no warm-up clip, the minimum of the raw norms.
+  float clip_grad = 1.0f;
 };
 struct SpamParams {
   float threshold = 5000.0f;  // theta: a spike is n^2 > theta * v
@@ -171,8 +175,10 @@ inline AdaGC adagc(std::size_t num_units, const AdaGCParams& p = {}) {
   t.delta = inf_f();
   t.warmup = p.start_clip_steps;
   t.clamp_feed = true;  // the EMA follows the clipped norm, clip_ratio * EMA
+  ControllerOptions opt;
+  opt.warmup_clip = WarmupClipRule{p.start_clip_steps, p.clip_grad, p.eps};
   return AdaGC(num_units, {}, MinSeededEma{p.beta, p.start_clip_steps}, t, ClipToTarget{p.eps},
-               Unlimited{1, 0});
+               Unlimited{1, 0}, opt);
 }
 
 inline Spam spam(std::size_t num_units, const SpamParams& p = {}) {

@@ -54,12 +54,15 @@ struct ControllerOptions {
     std::uint32_t every = 0;
     std::uint32_t quiet = 0;
   } timer{};
+  // AdaGC's warm-up: a global clip of the first steps (WarmupClipRule,
+  // gnmr/step/systemic.hpp). Off by default.
+  WarmupClipRule warmup_clip{};
 
   std::string check() const {
     return detail::first_error({(eps > 0.0f && is_finite(eps))
                                     ? std::string()
                                     : detail::bad("ControllerOptions", "eps", "finite and > 0", eps),
-                                systemic.check(), denied.check(),
+                                systemic.check(), denied.check(), warmup_clip.check(),
                                 timer.every != 0u && timer.quiet > timer.every
                                     ? detail::bad("ControllerOptions", "timer.quiet", "<= timer.every",
                                                   static_cast<float>(timer.quiet))
@@ -259,10 +262,20 @@ GNMR_HOST_DEVICE UnitView commit_unit(const PS& p, typename PS::UnitState& s, Un
       set_skip(dec);
       dec.flags |= kSystemic;
     }
+    // The warm-up clip (ControllerOptions::warmup_clip): every unit scaled
+    // by the global coefficient, and the statistic fed the clipped norm.
+    UnitView fed = v;
+    if (sys.warm_scale < 1.0f) {
+      if (!(dec.flags & kSkip)) {
+        dec.scale = math::min(dec.scale, sys.warm_scale);
+        dec.flags |= kSystemic;
+      }
+      fed.norm = math::mul(v.norm, sys.warm_scale);
+    }
     // A zero norm (kZeroNorm) stays out of the statistics; a lock still runs
     // its course (scale 1: 0 * x).
     if (!(v.flags & kZeroNorm)) {
-      p.mean.push(s.mean, p.trigger.feed(v));
+      p.mean.push(s.mean, p.trigger.feed(fed));
       p.trigger.update(s.trigger, v);
     }
     if (restart) dec.flags |= kResetMoments;

@@ -87,6 +87,23 @@ struct SystemicRule {
   }
 };
 
+// A global clip for the first `steps` steps (AdaGC's warm-up, megatron-
+// gpt2.patch @32c249f class AdaGC: steps 1..start_clip_steps clip the
+// global norm G at max_norm with max_norm / (G + eps)): every unit is
+// scaled by that coefficient when it is below 1, and each unit's statistic
+// is fed its norm times the coefficient (AdaGC's state is the minimum of
+// the globally clipped norms). G comes from the unit norms the controller
+// already has (total_sq_tree), no extra pass. steps = 0: off, the default.
+struct WarmupClipRule {
+  std::uint32_t steps = 0;
+  float max_norm = 1.0f;  // +inf: no clip, the statistic sees the raw norms
+  float eps = 1e-6f;
+  std::string check() const {
+    if (!(max_norm > 0.0f)) return detail::bad("WarmupClipRule", "max_norm", "> 0 (or +inf)", max_norm);
+    return detail::non_negative("WarmupClipRule", "eps", eps);
+  }
+};
+
 // What a denied unit gets (a triggered unit that holds no slot and was not
 // granted one), on a step that is not systemic.
 enum class DeniedAction : std::uint32_t {
@@ -118,8 +135,9 @@ struct SystemicStep {
   float scale;           // global-clip's s (1 otherwise)
   float total_norm;      // G (global-clip only, every step; 0 otherwise)
   float total_mean;      // M before this step's sample (global-clip only)
+  float warm_scale;      // WarmupClipRule's coefficient this step (1: none)
 };
-GNMR_HOST_DEVICE SystemicStep systemic_none() { return SystemicStep{0u, 1.0f, 0.0f, 0.0f}; }
+GNMR_HOST_DEVICE SystemicStep systemic_none() { return SystemicStep{0u, 1.0f, 0.0f, 0.0f, 1.0f}; }
 
 namespace detail {
 
@@ -170,6 +188,22 @@ GNMR_HOST_DEVICE SystemicStep decide_systemic(const SystemicRule& r, std::uint32
   }
   out.action = systemic ? static_cast<std::uint32_t>(r.action) : 0u;
   return out;
+}
+
+// Whether a step needs the total norm G (total_sq_tree; the CUDA phase 1
+// runs the same tree): global-clip's tracker, or the warm-up clip.
+GNMR_HOST_DEVICE bool needs_total(const SystemicRule& r, const WarmupClipRule& w) {
+  return r.action == SystemicAction::kGlobalClip || w.steps != 0u;
+}
+
+// The warm-up clip's coefficient at step t from the fp32 total sum of
+// squares: min(1, max_norm / (G + eps)) while t <= steps, 1 after (and for
+// G = 0; a non-finite unit's norm is not in G, see total_square).
+GNMR_HOST_DEVICE float warmup_clip_scale(const WarmupClipRule& w, std::int64_t t, float total_sq) {
+  if (w.steps == 0u || t > static_cast<std::int64_t>(w.steps)) return 1.0f;
+  const float total = math::sqrt(total_sq);
+  const float c = math::div(w.max_norm, math::add(total, w.eps));
+  return c < 1.0f ? c : 1.0f;
 }
 
 // ---- The total norm's fixed-order sum --------------------------------------

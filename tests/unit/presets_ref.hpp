@@ -250,7 +250,8 @@ struct SpamRef {
 // -------------------------------------------------------- skip-step -------
 // allenai/OLMo-core optim/skip_step_optimizer.py: the list keeps the last
 // rolling_interval_length + 1 values *including* the current one; no
-// decision while len < max(20, len/2); then std_mean (unbiased) of all but
+// decision while len < max(2, len/2) (@fa6c501; max(20, ...) before
+// OLMo-core #139); then std_mean (unbiased) of all but
 // the current value, and the step proceeds iff (x - mean) <= sigma * std.
 struct OlmoRef {
   std::size_t len = 128;
@@ -259,7 +260,7 @@ struct OlmoRef {
   RefVerdict operator()(double x) {
     xs.push_back(x);
     while (xs.size() > len + 1) xs.pop_front();
-    if (xs.size() < std::max<std::size_t>(20, len / 2))
+    if (xs.size() < std::max<std::size_t>(2, len / 2))
       return {false, 1.0, std::numeric_limits<double>::infinity()};
     const std::size_t m = xs.size() - 1;
     double s = 0;

@@ -194,7 +194,7 @@ TEST_CASE("every override reaches its policy", "[dyn]") {
     presets::SkipStepParams p;
     p.sigma_factor = 3.0f, p.rolling_interval_length = 60;
     auto c = presets::skip_step(1, p);
-    CHECK(c.policies().trigger.warmup == 29u);  // max(20, 60/2) - 1
+    CHECK(c.policies().trigger.warmup == 29u);  // max(2, 60/2) - 1
     same_run(*d, c, 28);
     o.warmup = 5;
     auto d2 = presets::make("skip-step", 1, o);

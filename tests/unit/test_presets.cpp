@@ -183,6 +183,32 @@ TEST_CASE("skip-step preset with raw feed reproduces OLMo-core SkipStepOptimizer
   cmp.finish();
 }
 
+TEST_CASE("skip-step at a short window follows the cited commit's warm-up gate", "[presets]") {
+  // skip_step_optimizer.py @fa6c501 decides from max(2, len // 2) values on;
+  // at len 30 that is 15 (the first version's max(20, ...) gave 20).
+  for (int len : {30, 8}) {
+    presets::SkipStepParams p;
+    p.clamp_feed = false;
+    p.rolling_interval_length = len;
+    auto c = presets::skip_step(1, p);
+    OlmoRef ref;
+    ref.len = static_cast<std::size_t>(len);
+    Comparator cmp;
+    const auto tr = trace(52 + len, 3000, 1.0, 0.15, 0.02);
+    int first = 0;
+    for (int t = 0; t < 3000; ++t) {
+      const auto& s = c.step_norms(&tr[t], 1);
+      const auto& d = c.decisions()[0];
+      const RefVerdict r = ref(tr[t]);
+      if (first == 0 && (d.flags & gnmr::kWarmup) == 0u) first = t + 1;
+      cmp(r, d, (d.flags & kSkip) != 0u, t + 1, 0);
+      if (r.margin >= kTieRel) REQUIRE((s.skip_step != 0u) == r.acted);
+    }
+    CHECK(first == std::max(2, len / 2));
+    cmp.finish(2);
+  }
+}
+
 TEST_CASE("skip-step: norm and loss as two units skip when either spikes", "[presets]") {
   presets::SkipStepParams p;
   p.clamp_feed = false;

@@ -124,8 +124,8 @@ struct SpamParams {
 struct SkipStepParams {
   int rolling_interval_length = 128;  // at most 128 (WindowMean<128>)
   float sigma_factor = 6.0f;
-  // OLMo-core decides once max(20, len/2) values, the current one included,
-  // are in its list: max(20, len/2) - 1 earlier samples. 0 = that rule.
+  // OLMo-core decides once max(2, len/2) values, the current one included,
+  // are in its list: max(2, len/2) - 1 earlier samples. 0 = that rule.
   std::uint32_t warmup = 0;
   // Feed the z threshold on a skipped step (our rule); false = OLMo-core's
   // raw feed.
@@ -196,7 +196,9 @@ inline Spam spam(std::size_t num_units, const SpamParams& p = {}) {
 }
 
 inline std::uint32_t skip_step_warmup(int rolling_interval_length) {
-  const int gate = rolling_interval_length / 2 > 20 ? rolling_interval_length / 2 : 20;
+  // skip_step_optimizer.py @fa6c501: max(2, len // 2) (it was max(20, ...)
+  // before OLMo-core #139; the same 64 at the default 128).
+  const int gate = rolling_interval_length / 2 > 2 ? rolling_interval_length / 2 : 2;
   return static_cast<std::uint32_t>(gate - 1);
 }
 

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""The stability benchmark's verdict with intervals (issue 20): reads a
+gnmr-demo suite folder (results.csv and the run cache runs/<key>/) and
+reports, per scenario and arm, against the recipe alone (`low`):
+
+* the paired difference in final validation loss, mean over seeds with a
+  bootstrap 95% interval (seeds resampled, 10,000 draws), and how many
+  seeds it is better / worse on;
+* the share of the low-high gap it closes, as a ratio of mean differences
+  mean(low - arm) / mean(low - high), with its bootstrap interval (never a
+  mean of per-seed ratios, which explodes on a seed with a small gap);
+* an event-level measure: the injected events are known (runs/<key>/
+  events.csv); for every event, the arm's training loss minus `high`'s on
+  the same seed and batches over the event and the `--window` steps after
+  it, summed over the seed's events; the recovery share is
+  1 - mean(excess_arm) / mean(excess_low), with its interval;
+* power: the spread of each arm's paired differences, the seeds a paired
+  test needs to detect --delta (default 0.005) at 80% power and 5% two-sided,
+  and what the seeds run can detect.
+
+    python bench/python/verdict.py DIR [--against stabilizer] [--csv OUT]
+
+Writes a markdown table to stdout and, with --csv, the numbers with their
+interval columns. Standard library + numpy only.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+from collections import defaultdict
+from typing import Dict, List, Tuple
+
+import numpy as np
+
+Z_975, Z_80 = 1.959964, 0.841621
+
+
+def load(dirname: str):
+    rows = list(csv.DictReader(open(os.path.join(dirname, "results.csv"))))
+    val: Dict[Tuple[str, str], Dict[int, float]] = defaultdict(dict)
+    key: Dict[Tuple[str, str], Dict[int, str]] = defaultdict(dict)
+    for r in rows:
+        k = (r["scenario"], r["arm"])
+        val[k][int(r["seed"])] = float(r["final_val_loss"])
+        key[k][int(r["seed"])] = r["key"]
+    return val, key
+
+
+def train_loss(dirname: str, key: str) -> np.ndarray:
+    with open(os.path.join(dirname, "runs", key, "steps.csv")) as f:
+        rows = list(csv.DictReader(f))
+    return np.array([float(r["train_loss"]) for r in rows])
+
+
+def events(dirname: str, key: str) -> List[Tuple[int, int]]:
+    path = os.path.join(dirname, "runs", key, "events.csv")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [(int(r["step"]), int(r["len"])) for r in csv.DictReader(f) if r["kind"] == "event"]
+
+
+def excess(dirname: str, k_arm: str, k_high: str, window: int) -> float:
+    """Sum over the seed's events of the arm's train loss minus high's, over
+    the event's steps and the window after it (steps are 1-based)."""
+    a, h = train_loss(dirname, k_arm), train_loss(dirname, k_high)
+    n = min(len(a), len(h))
+    tot = 0.0
+    for step, length in events(dirname, k_high):
+        lo, hi = step - 1, min(n, step - 1 + length + window)
+        if lo < hi:
+            tot += float(np.sum(a[lo:hi] - h[lo:hi]))
+    return tot
+
+
+def boot_ci(fn, n: int, draws: int, rng: np.random.Generator) -> Tuple[float, float]:
+    idx = rng.integers(0, n, size=(draws, n))
+    vals = np.array([fn(i) for i in idx])
+    vals = vals[np.isfinite(vals)]
+    return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
+
+
+def fmt(x: float, ci: Tuple[float, float], p: int = 4) -> str:
+    return f"{x:+.{p}f} [{ci[0]:+.{p}f}, {ci[1]:+.{p}f}]"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("--against", default="stabilizer", help="a second reference arm for paired differences")
+    ap.add_argument("--window", type=int, default=10)
+    ap.add_argument("--delta", type=float, default=0.005)
+    ap.add_argument("--draws", type=int, default=10000)
+    ap.add_argument("--csv", default="")
+    a = ap.parse_args()
+    val, key = load(a.dir)
+    rng = np.random.default_rng(20)
+    out_rows = []
+    for scen in sorted({s for s, _ in val}):
+        arms = [arm for s, arm in val if s == scen]
+        seeds = sorted(set.intersection(*[set(val[(scen, arm)]) for arm in arms]))
+        n = len(seeds)
+        low = np.array([val[(scen, "low")][s] for s in seeds])
+        high = np.array([val[(scen, "high")][s] for s in seeds]) if "high" in arms else None
+        ex = {}
+        if high is not None:
+            for arm in arms:
+                ex[arm] = np.array([excess(a.dir, key[(scen, arm)][s], key[(scen, "high")][s], a.window)
+                                    for s in seeds])
+        print(f"\n### {scen}: {n} seeds ({seeds[0]}-{seeds[-1]}), window {a.window}\n")
+        print(f"| arm | val (mean) | arm - low [95% CI] | better/worse | gap closed [95% CI] | "
+              f"arm - {a.against} [95% CI] | event excess vs high | recovery share [95% CI] | sd(arm-low) | "
+              f"seeds for {a.delta} | detectable |")
+        print("|---|---:|---|---|---|---|---:|---|---:|---:|---:|")
+        for arm in arms:
+            x = np.array([val[(scen, arm)][s] for s in seeds])
+            d = x - low
+            md = float(d.mean())
+            ci_d = boot_ci(lambda i: d[i].mean(), n, a.draws, rng)
+            sd = float(d.std(ddof=1)) if n > 1 else float("nan")
+            need = math.ceil(((Z_975 + Z_80) * sd / a.delta) ** 2) if sd > 0 else 0
+            detect = (Z_975 + Z_80) * sd / math.sqrt(n) if n > 1 else float("nan")
+            gap = ci_gap = None
+            if high is not None and arm not in ("low",):
+                g = low - high
+                gap = float((low - x).mean() / g.mean())
+                ci_gap = boot_ci(lambda i: (low[i] - x[i]).mean() / g[i].mean(), n, a.draws, rng)
+            vs = ""
+            ci_vs = None
+            if (scen, a.against) in val and arm != a.against:
+                y = np.array([val[(scen, a.against)][s] for s in seeds])
+                dv = x - y
+                ci_vs = boot_ci(lambda i: dv[i].mean(), n, a.draws, rng)
+                vs = fmt(float(dv.mean()), ci_vs)
+            share = ci_share = None
+            if ex and arm in ex and "low" in ex:
+                el = ex["low"]
+                share = float(1.0 - ex[arm].mean() / el.mean())
+                ci_share = boot_ci(lambda i: 1.0 - ex[arm][i].mean() / el[i].mean(), n, a.draws, rng)
+            print(f"| {arm} | {x.mean():.4f} | {fmt(md, ci_d) if arm != 'low' else '–'} | "
+                  f"{int((d < 0).sum())}/{int((d > 0).sum())} | "
+                  f"{fmt(gap, ci_gap, 2) if gap is not None and arm != 'high' else ('1' if arm == 'high' else '–')} | "
+                  f"{vs or '–'} | {ex[arm].mean():+.3f} | "
+                  f"{fmt(share, ci_share, 2) if share is not None and arm not in ('low', 'high') else '–'} | "
+                  f"{sd:.4f} | {need} | {detect:.4f} |")
+            out_rows.append(dict(scenario=scen, arm=arm, seeds=n, val_mean=x.mean(), d_low=md,
+                                 d_low_lo=ci_d[0], d_low_hi=ci_d[1],
+                                 gap_closed=gap if gap is not None else "",
+                                 gap_lo=ci_gap[0] if ci_gap else "", gap_hi=ci_gap[1] if ci_gap else "",
+                                 d_against=float((x - np.array([val[(scen, a.against)][s] for s in seeds])).mean())
+                                 if (scen, a.against) in val else "",
+                                 d_against_lo=ci_vs[0] if ci_vs else "", d_against_hi=ci_vs[1] if ci_vs else "",
+                                 event_excess=float(ex[arm].mean()) if ex else "",
+                                 recovery_share=share if share is not None else "",
+                                 share_lo=ci_share[0] if ci_share else "", share_hi=ci_share[1] if ci_share else "",
+                                 sd_d_low=sd, seeds_for_delta=need, detectable=detect))
+    if a.csv:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(out_rows[0]))
+            w.writeheader()
+            w.writerows(out_rows)
+
+
+if __name__ == "__main__":
+    main()

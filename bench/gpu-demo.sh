@@ -26,7 +26,7 @@
 # each seed; the tables are printed last.
 #
 # Everything goes into 7 files of the output folder (--out DIR; default
-# $OUT if set, else build-gpu-demo/out), few enough to copy back from a
+# build-gpu-demo/out), few enough to copy back from a
 # remote machine: demo-configure.log, demo-build.log, demo-smoke.log,
 # demo-runs.log (every seed's output), summary.csv (every seed's, with a seed
 # column), steps-seed<first>.csv and demo-results.tar.gz (each run's
@@ -47,7 +47,7 @@ seeds="1 2 3"
 steps=""
 suite=""
 build=build-gpu-demo
-out="${OUT:-$root/$build/out}"
+out="$root/$build/out"
 while [ $# -gt 0 ]; do
   case "$1" in
     --seeds) seeds="$2"; shift 2 ;;

@@ -6,8 +6,7 @@
 #   bash bench/gpu.sh [--quick] [--out DIR]
 #     (no option)   tests, sanitizers, full benchmarks, torch anchors
 #     --quick       the same without the 13B layout
-#     --out DIR     where the logs and summary.md go (default: $OUT if set,
-#                   else build-gpu/out)
+#     --out DIR     where the logs and summary.md go (default build-gpu/out)
 #
 # Steps: configure (-DCMAKE_CUDA_ARCHITECTURES=90) and build the GPU targets;
 # ctest -L gpu; gnmr_bench_cuda; compute-sanitizer memcheck and racecheck
@@ -30,7 +29,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 quick=0
 build=build-gpu
-out="${OUT:-$root/$build/out}"
+out="$root/$build/out"
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; shift ;;

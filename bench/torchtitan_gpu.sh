@@ -2,7 +2,7 @@
 # bench/torchtitan_gpu.sh — torchtitan's Trainer with and without gnmr on a
 # GPU session (docs/python.md, "At scale"; docs/performance.md):
 #
-#   TORCHTITAN_REPO=/path/to/torchtitan-checkout bash bench/torchtitan_gpu.sh [STEPS]
+#   TORCHTITAN_REPO=/path/to/torchtitan-checkout bash bench/torchtitan_gpu.sh [STEPS] [--out DIR]
 #
 # Needs: a CUDA torch with torchtitan 0.3.0 importable (the GPU machine has
 # no registry: carry its wheel and the ones it lacks, device README), the
@@ -11,12 +11,18 @@
 # the c4_test dataset), which the Trainer reads relative to the working
 # directory. Runs llama3_debugmodel for STEPS (default 50) steps on every
 # visible GPU, twice: torchtitan's AdamW, then GnmrOptimizersContainer with
-# the gnmr preset; the logs (tokens/s and step times per step) go to $OUT
-# (the device tool brings them back) or build-gpu-titan/out.
+# the gnmr preset; the logs (tokens/s and step times per step) go to
+# --out DIR (absolute), default build-gpu-titan/out.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-steps="${1:-50}"
-out="${OUT:-$root/build-gpu-titan/out}"
+steps=50
+out="$root/build-gpu-titan/out"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out="$2"; shift 2 ;;
+    *) steps="$1"; shift ;;
+  esac
+done
 mkdir -p "$out"
 repo="${TORCHTITAN_REPO:?set TORCHTITAN_REPO to a torchtitan checkout (its tests/assets)}"
 py="${GNMR_PYTHON:-python3}"

@@ -13,13 +13,20 @@
 # 3. runs tests/python with GNMR_PY_REQUIRE_GPU=1 (the CUDA tests fail
 #    instead of skipping when the GPU or the CUDA build is missing);
 # 4. runs bench_adamw_gpu.py (docs/performance.md, "Python package").
-# Logs go to $OUT (the device tool brings them back) or build-gpu-python/out.
+# Logs go to --out DIR (bash tests/python/gpu.sh --out DIR), default build-gpu-python/out.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 b="$root/build-gpu-python"
-out="${OUT:-$b/out}"
+out="$b/out"
+caller="$OLDPWD"  # a relative --out DIR is taken from where the script was called
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) case "$2" in /*) out="$2" ;; *) out="$caller/$2" ;; esac; shift 2 ;;
+    *) echo "unknown argument $1 (tests/python/gpu.sh [--out DIR])"; exit 2 ;;
+  esac
+done
 mkdir -p "$b" "$out"
 
 py=""

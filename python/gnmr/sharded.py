@@ -113,6 +113,7 @@ class ShardedUnits:
         self._grads: List[Optional[torch.Tensor]] = [None] * len(self.tensors)
         self._index = {id(t): i for i, t in enumerate(self.tensors)}
         self._gathered: Optional[torch.Tensor] = None
+        self._sum: Optional[torch.Tensor] = None
 
     def _counts(self, t: torch.Tensor) -> bool:
         """Whether this rank adds t's local shard into the units' sums."""
@@ -167,13 +168,16 @@ class ShardedUnits:
 
     def reduce(self, partials: torch.Tensor) -> torch.Tensor:
         """The sum over the mesh's ranks of every rank's ``partials`` (a 1-D
-        float32 tensor), added in rank order: one all-gather."""
+        float32 tensor), added in rank order: one all-gather. Returns a
+        buffer reused by the next call (no allocation after the first)."""
         n = partials.numel()
         if self._gathered is None or self._gathered.device != partials.device:
             self._gathered = torch.empty(self.world * n, dtype=torch.float32, device=partials.device)
+            self._sum = torch.empty(n, dtype=torch.float32, device=partials.device)
         _all_gather(self._gathered, partials, group=self.group)
         rows = self._gathered.view(self.world, n)
-        out = rows[0].clone()
+        out = self._sum
+        out.copy_(rows[0])
         for r in range(1, self.world):
             out.add_(rows[r])
         return out

@@ -21,7 +21,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <vector>
 
@@ -39,11 +38,7 @@ __global__ void unscale_kernel(gnmr::cuda::FusedNormView view, float inv_scale, 
   gnmr::cuda::deposit_chunk_partial<gnmr::L2Norm>(view, blockIdx.x, xf);
 }
 
-std::uint32_t bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
+std::uint32_t bits(float x) { return gnmr::detail::float_to_bits(x); }
 
 int fails = 0;
 void check(bool ok, const char* what) {

@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <memory>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -237,28 +238,47 @@ double copy_bandwidth(cudaStream_t s) {
   return bw;
 }
 
-void bench_adamw(double copy_bw, cudaStream_t s) {
-  const bench_layouts::Layout L = bench_layouts::llama_1b26();
-  Flat g(L, 4, 0, 11), p(L, 4, 0, 12), m(L, 4, 0, 13), v(L, 4, 0, 14);
-  // Moments must be valid (v >= 0): start them at zero like a fresh optimizer.
-  BK(cudaMemset(m.buf.get(), 0, m.bytes));
-  BK(cudaMemset(v.buf.get(), 0, v.bytes));
-  BK(cudaDeviceSynchronize());  // cudaMemset is asynchronous and on the legacy stream
+// The llama-1.26B fp32 training state both AdamW parts time: gradients,
+// weights and zeroed moments, the norm plan, a default controller, the
+// AdamW plan. seed: the first of the four fills' seeds.
+struct AdamWState {
+  bench_layouts::Layout L = bench_layouts::llama_1b26();
+  Flat g, p, m, v;
   std::vector<gnmr::Segment> segs;
   std::vector<gnmr::AdamWTensor> ts;
-  for (std::size_t i = 0; i < L.numel.size(); ++i) {
-    const auto u = static_cast<std::uint32_t>(i);
-    segs.push_back({g.ptr[i], L.numel[i], gnmr::DType::kF32, u});
-    ts.push_back({static_cast<float*>(p.ptr[i]), g.ptr[i], static_cast<float*>(m.ptr[i]), static_cast<float*>(v.ptr[i]),
-                  L.numel[i], gnmr::DType::kF32, u});
-  }
-  const std::size_t units = L.numel.size();
-  gnmr::cuda::NormPlan plan(segs, units);
-  gnmr::cuda::DeviceController<> ctl(units);
-  gnmr::cuda::AdamWPlan opt(ts, units);
-  gnmr::cuda::DeviceBuffer partials(units * sizeof(float));
+  std::size_t units = L.numel.size();
+  std::unique_ptr<gnmr::cuda::NormPlan> plan;
+  std::unique_ptr<gnmr::cuda::DeviceController<>> ctl;
+  std::unique_ptr<gnmr::cuda::AdamWPlan> opt;
+  gnmr::cuda::DeviceBuffer partials{units * sizeof(float)};
   gnmr::AdamWParams h;
-  h.lr = 1e-6f;
+  explicit AdamWState(std::uint64_t seed)
+      : g(L, 4, 0, seed), p(L, 4, 0, seed + 1), m(L, 4, 0, seed + 2), v(L, 4, 0, seed + 3) {
+    // Moments must be valid (v >= 0): start them at zero like a fresh optimizer.
+    BK(cudaMemset(m.buf.get(), 0, m.bytes));
+    BK(cudaMemset(v.buf.get(), 0, v.bytes));
+    BK(cudaDeviceSynchronize());  // cudaMemset is asynchronous and on the legacy stream
+    for (std::size_t i = 0; i < units; ++i) {
+      const auto u = static_cast<std::uint32_t>(i);
+      segs.push_back({g.ptr[i], L.numel[i], gnmr::DType::kF32, u});
+      ts.push_back({static_cast<float*>(p.ptr[i]), g.ptr[i], static_cast<float*>(m.ptr[i]),
+                    static_cast<float*>(v.ptr[i]), L.numel[i], gnmr::DType::kF32, u});
+    }
+    plan.reset(new gnmr::cuda::NormPlan(segs, units));
+    ctl.reset(new gnmr::cuda::DeviceController<>(units));
+    opt.reset(new gnmr::cuda::AdamWPlan(ts, units));
+    h.lr = 1e-6f;
+  }
+};
+
+void bench_adamw(double copy_bw, cudaStream_t s) {
+  AdamWState st(11);
+  const bench_layouts::Layout& L = st.L;
+  gnmr::cuda::NormPlan& plan = *st.plan;
+  gnmr::cuda::DeviceController<>& ctl = *st.ctl;
+  gnmr::cuda::AdamWPlan& opt = *st.opt;
+  gnmr::cuda::DeviceBuffer& partials = st.partials;
+  const gnmr::AdamWParams h = st.h;
   const double n = static_cast<double>(L.total());
   const double plain = median_ms([&] { BK(gnmr::cuda::adamw_step(opt, h, nullptr, s)); }, s);
   report("fused AdamW, unguarded (28 B/param)", L.name, plain, 28.0 * n, 28.0 * n / copy_bw * 1e3, "-");
@@ -301,27 +321,15 @@ __global__ void unscale_fused(gnmr::cuda::FusedNormView view, float inv, unsigne
 }
 
 void bench_fused(double copy_bw, cudaStream_t s) {
-  const bench_layouts::Layout L = bench_layouts::llama_1b26();
-  Flat g(L, 4, 0, 21), p(L, 4, 0, 22), m(L, 4, 0, 23), v(L, 4, 0, 24);
-  BK(cudaMemset(m.buf.get(), 0, m.bytes));
-  BK(cudaMemset(v.buf.get(), 0, v.bytes));
-  BK(cudaDeviceSynchronize());
-  std::vector<gnmr::Segment> segs;
-  std::vector<gnmr::AdamWTensor> ts;
-  for (std::size_t i = 0; i < L.numel.size(); ++i) {
-    const auto u = static_cast<std::uint32_t>(i);
-    segs.push_back({g.ptr[i], L.numel[i], gnmr::DType::kF32, u});
-    ts.push_back({static_cast<float*>(p.ptr[i]), g.ptr[i], static_cast<float*>(m.ptr[i]), static_cast<float*>(v.ptr[i]),
-                  L.numel[i], gnmr::DType::kF32, u});
-  }
-  const std::size_t units = L.numel.size();
-  gnmr::cuda::NormPlan plan(segs, units);
-  gnmr::cuda::DeviceController<> ctl(units);
-  gnmr::cuda::AdamWPlan opt(ts, units);
-  gnmr::cuda::DeviceBuffer partials(units * sizeof(float));
+  AdamWState st(21);
+  const bench_layouts::Layout& L = st.L;
+  const Flat& g = st.g;
+  gnmr::cuda::NormPlan& plan = *st.plan;
+  gnmr::cuda::DeviceController<>& ctl = *st.ctl;
+  gnmr::cuda::AdamWPlan& opt = *st.opt;
+  gnmr::cuda::DeviceBuffer& partials = st.partials;
   gnmr::cuda::DeviceBuffer found(sizeof(unsigned));
-  gnmr::AdamWParams h;
-  h.lr = 1e-6f;
+  const gnmr::AdamWParams h = st.h;
   // inv = 1: the gradients keep their values run after run (what is timed
   // is the traffic, not the arithmetic).
   const float inv = 1.0f;

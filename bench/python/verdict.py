@@ -129,11 +129,13 @@ def main() -> None:
                 ci_gap = boot_ci(lambda i: (low[i] - x[i]).mean() / g[i].mean(), n, a.draws, rng)
             vs = ""
             ci_vs = None
-            if (scen, a.against) in val and arm != a.against:
-                y = np.array([val[(scen, a.against)][s] for s in seeds])
-                dv = x - y
-                ci_vs = boot_ci(lambda i: dv[i].mean(), n, a.draws, rng)
-                vs = fmt(float(dv.mean()), ci_vs)
+            d_against = ""
+            if (scen, a.against) in val:
+                dv = x - np.array([val[(scen, a.against)][s] for s in seeds])
+                d_against = float(dv.mean())
+                if arm != a.against:
+                    ci_vs = boot_ci(lambda i: dv[i].mean(), n, a.draws, rng)
+                    vs = fmt(d_against, ci_vs)
             share = ci_share = None
             if ex and arm in ex and "low" in ex:
                 el = ex["low"]
@@ -149,8 +151,7 @@ def main() -> None:
                                  d_low_lo=ci_d[0], d_low_hi=ci_d[1],
                                  gap_closed=gap if gap is not None else "",
                                  gap_lo=ci_gap[0] if ci_gap else "", gap_hi=ci_gap[1] if ci_gap else "",
-                                 d_against=float((x - np.array([val[(scen, a.against)][s] for s in seeds])).mean())
-                                 if (scen, a.against) in val else "",
+                                 d_against=d_against,
                                  d_against_lo=ci_vs[0] if ci_vs else "", d_against_hi=ci_vs[1] if ci_vs else "",
                                  event_excess=float(ex[arm].mean()) if ex else "",
                                  recovery_share=share if share is not None else "",

@@ -198,12 +198,19 @@ class Controller:
         parallel): the norms are then reduced over their device mesh."""
         return self._sharded is not None
 
-    def _step(self, apply: bool) -> StepSummary:
+    def _step(self, apply: bool, grads: Optional[List[Optional[torch.Tensor]]] = None) -> StepSummary:
+        """One step; ``grads``: the sharded path's local gradients when the
+        caller (gnmr.optim.AdamW) has gathered them already."""
         self._decisions = None
-        if self._sharded is not None:
-            s = self._sharded_step(apply)
-        elif self._device.type != "cuda":
-            s = StepSummary(self._core.step(apply))
+        sh = self._sharded
+        if sh is not None and grads is None:
+            grads = sh.gather_grads()
+        if self._device.type != "cuda":
+            if sh is None:
+                s = StepSummary(self._core.step(apply))
+            else:  # local partials, one all-gather over the mesh, the step on the sums
+                self._core.local_partials(grads, self._partials)
+                s = StepSummary(self._core.step_reduced(sh.reduce(self._partials)))
         else:
             stream = torch.cuda.current_stream(self._device).cuda_stream
             if not self._core.capturing(stream):
@@ -213,40 +220,24 @@ class Controller:
                 old = ref() if ref is not None else None
                 if old is not None:
                     old._load()
-            slot = self._core.step(stream, apply)
+            elif apply and sh is not None:
+                raise RuntimeError("gnmr: Controller.step() cannot run inside CUDA graph capture; "
+                                   "capture gnmr.optim.AdamW.step() instead")
+            if sh is None:
+                slot = self._core.step(stream, apply)
+            else:
+                self._core.local_partials(grads, self._partials, stream)
+                slot = self._core.step_reduced(sh.reduce(self._partials), stream)
             if slot >= 0:
                 core = self._core
                 s = StepSummary(fetch=lambda: core.slot_summary(slot), ready=lambda: core.ready(slot))
                 self._ring[slot] = weakref.ref(s)
             else:  # captured: read the device summary when asked (after replay)
                 s = StepSummary(fetch=self._core.copy_summary)
-        self._last = s
-        return s
-
-    def _sharded_step(self, apply: bool) -> StepSummary:
-        """Local partials, one all-gather over the mesh, the step on the
-        rank-ordered sums (gnmr/sharded.py), the decisions on the shards."""
-        sh = self._sharded
-        grads = sh.gather_grads()
-        if self._device.type != "cuda":
-            self._core.local_partials(grads, self._partials)
-            s = StepSummary(self._core.step_reduced(sh.reduce(self._partials)))
-        else:
-            stream = torch.cuda.current_stream(self._device).cuda_stream
-            ref = self._ring[self._core.next_slot()]
-            old = ref() if ref is not None else None
-            if old is not None:
-                old._load()
-            self._core.local_partials(grads, self._partials, stream)
-            self._reduced = sh.reduce(self._partials)  # kept alive until the step has read it
-            slot = self._core.step_reduced(self._reduced, stream)
-            core = self._core
-            s = StepSummary(fetch=lambda: core.slot_summary(slot), ready=lambda: core.ready(slot))
-            self._ring[slot] = weakref.ref(s)
-        if apply:
+        if apply and sh is not None:  # DTensor gradients: the decisions applied here, not in C++
             d = self.decisions()
-            sh.apply(d.scale.tolist(), d.flags.tolist(), self._unit_of, int(Flag.SKIP),
-                     bool(s.skip_step))
+            sh.apply(d.scale.tolist(), d.flags.tolist(), self._unit_of, int(Flag.SKIP), bool(s.skip_step))
+        self._last = s
         return s
 
     # -------------------------------------------------------------- decisions ---

@@ -18,6 +18,7 @@ import torch
 
 from . import _C
 from .controller import Controller
+from .sharded import ShardedUnits
 
 _STATE_KEYS = ("step", "beta1_pow", "beta2_pow")
 
@@ -72,6 +73,7 @@ class AdamW(torch.optim.Optimizer):
         self.controller = controller
         self._cores: Optional[List[Any]] = None
         self._frozen: List[Tuple[int, torch.Tensor]] = []
+        self._watched_params: List[List[torch.Tensor]] = []  # per group, with _cores
         # torch.optim.AdamW's flags, so that code written for it (and its
         # state dicts) works unchanged. The step is always one fused pass,
         # and on CUDA always capturable: foreach, fused and capturable are
@@ -179,13 +181,17 @@ class AdamW(torch.optim.Optimizer):
         cuda = ctl.device.type == "cuda"
         cores = []
         frozen: List[Tuple[int, torch.Tensor]] = []
+        watched: List[List[torch.Tensor]] = []
         for k, group in enumerate(self.param_groups):
             params, idle = self._split(group, k)
+            watched.append(params)
             frozen += [(k, p) for p in idle]
             units = [ctl.unit_of(p) for p in params]
             for p in params:
                 self._new_moments(p)
-            local = _local if ctl.sharded else (lambda t: t)
+            # A DTensor's local shard (the core updates it in place); a
+            # plain tensor itself.
+            local = ShardedUnits.local
             ms = [local(self.state[p]["exp_avg"]) for p in params]
             vs = [local(self.state[p]["exp_avg_sq"]) for p in params]
             shards = [local(p) for p in params]
@@ -199,6 +205,7 @@ class AdamW(torch.optim.Optimizer):
             cores.append(core)
         self._cores = cores
         self._frozen = frozen
+        self._watched_params = watched
         return cores
 
     def _unit_states(self, params: List[torch.Tensor], group: Dict[str, Any],
@@ -299,32 +306,25 @@ class AdamW(torch.optim.Optimizer):
                                  "was built): build a new controller and optimizer after unfreezing")
         ctl = self.controller
         grads: List[Any] = [None] * len(cores)
-        if ctl.sharded:  # the local shards' gradients (gnmr/sharded.py)
+        norm_grads = None
+        if ctl.sharded:  # the local shards' gradients (gnmr/sharded.py), gathered once
             sh = ctl._sharded
-            sh.gather_grads()
-            grads = [[sh.local_grad(p) for p in self._split(g, k)[0]]
-                     for k, g in enumerate(self.param_groups)]
+            norm_grads = sh.gather_grads()
+            grads = [[sh.local_grad(p) for p in params] for params in self._watched_params]
         if ctl.device.type == "cuda":
             stream = torch.cuda.current_stream(ctl.device).cuda_stream
             for core, g in zip(cores, grads):
                 core.prepare(stream, g)
-            ctl._step(apply=False)
+            ctl._step(apply=False, grads=norm_grads)
             for core, (h, d_lr) in zip(cores, hyper):
                 core.step(ctl._core, *h, d_lr, stream)
         else:
             for core, g in zip(cores, grads):
                 core.prepare(g)
-            ctl._step(apply=False)
+            ctl._step(apply=False, grads=norm_grads)
             for core, (h, _) in zip(cores, hyper):
                 core.step(ctl._core, *h)
         return loss
-
-
-def _local(t: torch.Tensor) -> torch.Tensor:
-    """A DTensor's local shard (the C++ core updates it in place)."""
-    from .sharded import ShardedUnits
-
-    return ShardedUnits.local(t)
 
 
 def _check_flags(group: Dict[str, Any]) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 
 import pytest
 import torch
@@ -17,22 +16,15 @@ import torch.nn.functional as F
 
 import gnmr
 from conftest import batch, f32_bits, make_model
+from sharded_runs import free_port, init
 
 STEPS = 60
 # Loss factors on rank 0 (a spike that the all-reduce spreads to both ranks).
 SPIKES = {25: 1e3, 26: 1e3, 40: float("nan")}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rank(rank: int, world: int, port: int, out: str, guarded: bool) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    init(rank, world, port)
     try:
         model = torch.nn.parallel.DistributedDataParallel(make_model(3))
         ctl = gnmr.Controller(model.module, "gnmr", tau=2.5, warmup=5)
@@ -69,7 +61,7 @@ def _rank(rank: int, world: int, port: int, out: str, guarded: bool) -> None:
 @pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="no gloo")
 @pytest.mark.parametrize("guarded", [True, False], ids=["gnmr-adamw", "torch-adamw"])
 def test_ddp_ranks_decide_identically(tmp_path, guarded):
-    mp.spawn(_rank, args=(2, _free_port(), str(tmp_path), guarded), nprocs=2, join=True)
+    mp.spawn(_rank, args=(2, free_port(), str(tmp_path), guarded), nprocs=2, join=True)
     with open(tmp_path / "rank0.pkl", "rb") as f:
         rec0, w0 = pickle.load(f)
     with open(tmp_path / "rank1.pkl", "rb") as f:

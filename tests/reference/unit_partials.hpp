@@ -121,18 +121,9 @@ std::vector<float> emulate_fold(const NormLayout& L, const std::vector<float>& c
 // every segment has the same address modulo 16 on both sides.
 template <class Norm>
 std::vector<float> emulate_unit_partials(const NormLayout& L) {
-  using F = detail::UnitFold<Norm>;
   std::vector<float> cp(L.chunks.size());
   for (std::size_t c = 0; c < L.chunks.size(); ++c) cp[c] = emulate_chunk_partial<Norm>(L.chunks[c]);
-  std::vector<float> out(L.num_units());
-  for (std::size_t u = 0; u < out.size(); ++u) {
-    std::vector<typename F::T> t(detail::kNormThreads);
-    for (std::uint32_t tid = 0; tid < detail::kNormThreads; ++tid)
-      t[tid] = detail::unit_thread_fold<Norm>(HostLoadPartial{cp.data()}, L.unit_begin[u], L.unit_begin[u + 1], tid);
-    out[u] = F::finish(emulate_block_tree(std::move(t), F::identity(),
-                                          [](typename F::T a, typename F::T b) { return F::merge(a, b); }));
-  }
-  return out;
+  return emulate_fold<Norm>(L, cp);
 }
 
 }  // namespace reference

@@ -85,19 +85,8 @@ struct PlainLoadVec {
 // the same calls.
 template <class Norm, class Xform>
 __device__ void deposit_chunk_partial(const FusedNormView& v, std::uint32_t c, const Xform& xf) {
-  using gnmr::detail::kDBF16;
-  using gnmr::detail::kDF16;
-  using gnmr::detail::kDF32;
   __shared__ float s_chunk[32];
-  const gnmr::detail::NormChunk ch = v.chunks[c];
-  float x;
-  if (ch.dtype == kDF32)
-    x = gnmr::detail::chunk_thread_partial_ex<Norm, kDF32>(ch.data, ch.numel, threadIdx.x, detail::PlainLoadVec{}, xf);
-  else if (ch.dtype == kDBF16)
-    x = gnmr::detail::chunk_thread_partial_ex<Norm, kDBF16>(ch.data, ch.numel, threadIdx.x, detail::PlainLoadVec{}, xf);
-  else
-    x = gnmr::detail::chunk_thread_partial_ex<Norm, kDF16>(ch.data, ch.numel, threadIdx.x, detail::PlainLoadVec{}, xf);
-  x = block_tree(x, Norm::identity(), detail::NormCombine<Norm>{}, s_chunk);
+  const float x = detail::chunk_partial<Norm>(v.chunks[c], detail::PlainLoadVec{}, xf, s_chunk);
   if (threadIdx.x == 0) v.chunk_partials[c] = x;
 }
 
@@ -106,13 +95,9 @@ template <class Norm>
 __global__ void __launch_bounds__(gnmr::detail::kNormThreads)
     fold_units_kernel(const std::uint32_t* __restrict__ unit_begin, const float* chunk_partials,
                       float* __restrict__ out) {
-  using F = gnmr::detail::UnitFold<Norm>;
-  __shared__ typename F::T s_unit[32];
+  __shared__ typename gnmr::detail::UnitFold<Norm>::T s_unit[32];
   const std::uint32_t u = blockIdx.x;
-  typename F::T a = gnmr::detail::unit_thread_fold<Norm>(CgLoadFloat{chunk_partials}, unit_begin[u],
-                                                        unit_begin[u + 1], threadIdx.x);
-  a = block_tree(a, F::identity(), UnitMerge<Norm>{}, s_unit);
-  if (threadIdx.x == 0) out[u] = F::finish(a);
+  fold_unit<Norm>(chunk_partials, unit_begin[u], unit_begin[u + 1], out + u, s_unit);
 }
 }  // namespace detail
 

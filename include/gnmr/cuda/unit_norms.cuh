@@ -148,35 +148,52 @@ struct CgLoadFloat {
   __device__ __forceinline__ float operator()(std::uint32_t c) const { return __ldcg(p + c); }
 };
 
+// One chunk's partial by a whole block: the per-thread share in the chunk
+// dtype's order (with the Xform of a framework's pass, fused_partials.cuh,
+// or NoXform), then the block tree. Result valid in thread 0.
+template <class Norm, class LoadVec, class Xform>
+__device__ __forceinline__ float chunk_partial(const gnmr::detail::NormChunk& c, const LoadVec& load,
+                                               const Xform& xf, float* scratch) {
+  using gnmr::detail::kDBF16;
+  using gnmr::detail::kDF16;
+  using gnmr::detail::kDF32;
+  float x;
+  if (c.dtype == kDF32)
+    x = gnmr::detail::chunk_thread_partial_ex<Norm, kDF32>(c.data, c.numel, threadIdx.x, load, xf);
+  else if (c.dtype == kDBF16)
+    x = gnmr::detail::chunk_thread_partial_ex<Norm, kDBF16>(c.data, c.numel, threadIdx.x, load, xf);
+  else
+    x = gnmr::detail::chunk_thread_partial_ex<Norm, kDF16>(c.data, c.numel, threadIdx.x, load, xf);
+  return block_tree(x, Norm::identity(), NormCombine<Norm>{}, scratch);
+}
+
+// One unit's fold of its chunk partials by a whole block (NormPlan's last
+// block of the unit, and fold_unit_partials' block per unit): the same
+// order, so the same bits. Result written by thread 0.
+template <class Norm>
+__device__ __forceinline__ void fold_unit(const float* chunk_partials, std::uint32_t begin, std::uint32_t end,
+                                          float* out, typename gnmr::detail::UnitFold<Norm>::T* scratch) {
+  using F = gnmr::detail::UnitFold<Norm>;
+  typename F::T a = gnmr::detail::unit_thread_fold<Norm>(CgLoadFloat{chunk_partials}, begin, end, threadIdx.x);
+  a = block_tree(a, F::identity(), UnitMerge<Norm>{}, scratch);
+  if (threadIdx.x == 0) *out = F::finish(a);
+}
+
 template <class Norm>
 __global__ void __launch_bounds__(gnmr::detail::kNormThreads, 4)
     norm_chunks_kernel(const gnmr::detail::NormChunk* __restrict__ chunks,
                        const std::uint32_t* __restrict__ unit_begin, float* chunk_partials,
                        unsigned int* counters, float* __restrict__ out) {
-  using gnmr::detail::kDF32;
-  using gnmr::detail::kDBF16;
-  using gnmr::detail::kDF16;
-  using F = gnmr::detail::UnitFold<Norm>;
   __shared__ float s_chunk[32];
-  __shared__ typename F::T s_unit[32];
+  __shared__ typename gnmr::detail::UnitFold<Norm>::T s_unit[32];
   __shared__ int s_last;
   const gnmr::detail::NormChunk c = chunks[blockIdx.x];
-  float x;
-  if (c.dtype == kDF32)
-    x = gnmr::detail::chunk_thread_partial<Norm, kDF32>(c.data, c.numel, threadIdx.x, DeviceLoadVec{});
-  else if (c.dtype == kDBF16)
-    x = gnmr::detail::chunk_thread_partial<Norm, kDBF16>(c.data, c.numel, threadIdx.x, DeviceLoadVec{});
-  else
-    x = gnmr::detail::chunk_thread_partial<Norm, kDF16>(c.data, c.numel, threadIdx.x, DeviceLoadVec{});
-  x = block_tree(x, Norm::identity(), NormCombine<Norm>{}, s_chunk);
+  const float x = chunk_partial<Norm>(c, DeviceLoadVec{}, gnmr::detail::NoXform{}, s_chunk);
   if (threadIdx.x == 0) chunk_partials[blockIdx.x] = x;
   const std::uint32_t begin = unit_begin[c.unit];
   const std::uint32_t end = unit_begin[c.unit + 1];
   if (!last_block_done(counters + c.unit, end - begin, &s_last)) return;
-  typename F::T a =
-      gnmr::detail::unit_thread_fold<Norm>(CgLoadFloat{chunk_partials}, begin, end, threadIdx.x);
-  a = block_tree(a, F::identity(), UnitMerge<Norm>{}, s_unit);
-  if (threadIdx.x == 0) out[c.unit] = F::finish(a);
+  fold_unit<Norm>(chunk_partials, begin, end, out + c.unit, s_unit);
 }
 
 }  // namespace detail

@@ -147,11 +147,8 @@ GNMR_HOST_DEVICE bool timer_quiet(const ControllerOptions& o, std::int64_t t) {
          t % static_cast<std::int64_t>(o.timer.every) < static_cast<std::int64_t>(o.timer.quiet);
 }
 
-// Phase 1 (pure): unit i's view at step t from its state and norm.
-template <class PS>
-GNMR_HOST_DEVICE UnitView evaluate_unit(const PS& p, const typename PS::UnitState& s, float norm,
-                                        std::int64_t t, std::uint32_t unit);
-
+// Phase 1's body, from the statistic's and the trigger's states given apart
+// (evaluate_unit passes fresh ones on a timer step).
 template <class PS>
 GNMR_HOST_DEVICE UnitView evaluate_unit_from(const PS& p, const typename PS::UnitState& s,
                                              const typename PS::MeanT::State& ms,
@@ -190,6 +187,7 @@ GNMR_HOST_DEVICE UnitView evaluate_unit_from(const PS& p, const typename PS::Uni
   return v;
 }
 
+// Phase 1 (pure): unit i's view at step t from its state and norm.
 template <class PS>
 GNMR_HOST_DEVICE UnitView evaluate_unit(const PS& p, const typename PS::UnitState& s, float norm,
                                         std::int64_t t, std::uint32_t unit) {

@@ -4,7 +4,6 @@
 
 #include <ATen/Parallel.h>
 
-#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -71,25 +70,20 @@ HostCore::HostCore(const std::string& preset, const gnmr::presets::Options& opti
       logs_(std::move(names)) {}
 
 const gnmr::StepSummary& HostCore::step(bool apply) {
-  grads_.gather(&kHostZero);  // validates every gradient first
-  gnmr::host_unit_partials(grads_.segments().data(), grads_.segments().size(), partials_.data(),
-                           partials_.size(), gnmr::Coverage::kEveryUnit,
-                           AtenFor{total_numel(grads_.segments())});
-  const gnmr::StepSummary& s = ctl_->step(partials_);
-  logs_.write(s, ctl_->reports().data());
+  local_partials(nullptr, partials_.data());  // validates every gradient first
+  const gnmr::StepSummary& s = step_reduced(partials_.data());
   if (apply) grads_.apply(ctl_->decisions().data(), s.skip_step != 0);
   return s;
 }
 
-void HostCore::local_partials(const std::vector<at::Tensor>& grads, float* out) {
-  grads_.gather(&kHostZero, &grads);
+void HostCore::local_partials(const std::vector<at::Tensor>* grads, float* out) {
+  grads_.gather(&kHostZero, grads);
   gnmr::host_unit_partials(grads_.segments().data(), grads_.segments().size(), out, partials_.size(),
                            gnmr::Coverage::kEveryUnit, AtenFor{total_numel(grads_.segments())});
 }
 
 const gnmr::StepSummary& HostCore::step_reduced(const float* partials) {
-  std::copy(partials, partials + partials_.size(), partials_.begin());
-  const gnmr::StepSummary& s = ctl_->step(partials_);
+  const gnmr::StepSummary& s = ctl_->step(partials, partials_.size());
   logs_.write(s, ctl_->reports().data());
   return s;
 }

@@ -51,13 +51,14 @@ class HostCore {
   // anything changes when a gradient is unusable.
   const gnmr::StepSummary& step(bool apply);
 
-  // The sharded path (gnmr/sharded.py), in two halves around the caller's
-  // cross-rank reduction: local_partials() writes this rank's per-unit sums
-  // of squares of `grads` (its local shards, one per tensor, undefined =
-  // none or not counted here) into out (float32, num_units); step_reduced()
-  // runs one controller step on the reduced sums and writes the logs. The
-  // caller applies the decisions (the gradients are DTensors).
-  void local_partials(const std::vector<at::Tensor>& grads, float* out);
+  // step()'s two halves, which the sharded path (gnmr/sharded.py) calls
+  // around its cross-rank reduction: local_partials() writes the per-unit
+  // sums of squares of `grads` (the local shards, one per tensor, undefined =
+  // none or not counted here; null: each parameter's .grad) into out
+  // (float32, num_units); step_reduced() runs one controller step on
+  // (reduced) sums and writes the logs. The sharded caller applies the
+  // decisions itself (the gradients are DTensors).
+  void local_partials(const std::vector<at::Tensor>* grads, float* out);
   const gnmr::StepSummary& step_reduced(const float* partials);
 
   std::size_t num_units() const { return ctl_->num_units(); }

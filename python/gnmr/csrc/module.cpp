@@ -303,7 +303,7 @@ PYBIND11_MODULE(_C, m) {
         float* o = partials_of(out, c.num_units(), false, "local_partials");
         const std::vector<at::Tensor> grads = local_grads(g);
         py::gil_scoped_release release;
-        c.local_partials(grads, o);
+        c.local_partials(&grads, o);
       })
       .def("step_reduced", [](HostCore& c, const at::Tensor& p) {
         const float* d = partials_of(p, c.num_units(), false, "step_reduced");

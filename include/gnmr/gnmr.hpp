@@ -11,6 +11,7 @@
 #include "gnmr/core/types.hpp"
 #include "gnmr/host/controller.hpp"
 #include "gnmr/host/dyn_controller.hpp"
+#include "gnmr/host/layered.hpp"
 #include "gnmr/host/unit_norms.hpp"
 #include "gnmr/io/state.hpp"
 #include "gnmr/io/telemetry.hpp"

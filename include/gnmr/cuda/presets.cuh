@@ -31,6 +31,8 @@
 
 #include "gnmr/core/types.hpp"
 #include "gnmr/cuda/controller.cuh"
+#include "gnmr/cuda/dyn_controller.cuh"
+#include "gnmr/cuda/layered.cuh"
 #include "gnmr/host/controller.hpp"
 #include "gnmr/host/dyn_controller.hpp"
 #include "gnmr/io/state.hpp"
@@ -38,43 +40,6 @@
 
 namespace gnmr {
 namespace cuda {
-
-class DynDeviceController {
- public:
-  virtual ~DynDeviceController() = default;
-
-  // One step from per-unit partials / finished norms in device memory, on
-  // `stream`. Enqueue only; returns the launch error.
-  virtual cudaError_t step(const float* d_partials, cudaStream_t stream = 0) = 0;
-  virtual cudaError_t step_norms(const float* d_norms, cudaStream_t stream = 0) = 0;
-
-  // Device arrays, valid once the step that wrote them has run.
-  virtual const UnitDecision* decisions() const = 0;
-  virtual const UnitReport* reports() const = 0;
-  virtual const StepSummary* summary() const = 0;
-  virtual cudaError_t copy_summary_async(StepSummary* host, cudaStream_t stream = 0) const = 0;
-
-  // Blocking copies (tests, logs, checkpoints): they synchronise.
-  virtual std::vector<UnitDecision> copy_decisions() const = 0;
-  virtual std::vector<UnitReport> copy_reports() const = 0;
-  virtual StepSummary copy_summary() const = 0;
-  virtual std::int64_t steps_done() const = 0;
-
-  virtual std::size_t num_units() const = 0;
-  virtual std::string name() const = 0;
-  virtual std::uint32_t max_in_recovery() const = 0;  // 0xffffffff: unlimited
-  virtual void set_unit_numel(const std::uint64_t* numel, std::size_t n) = 0;
-  virtual void reset() = 0;  // synchronous
-
-  // The host state blob; load() throws gnmr::StateError on a bad blob and
-  // then changes nothing. Both synchronise.
-  virtual std::vector<std::uint8_t> save() const = 0;
-  virtual void load(const void* data, std::size_t size, const StateLoadOptions& opt) = 0;
-  void load(const void* data, std::size_t size) { load(data, size, StateLoadOptions{}); }
-  void load(const std::vector<std::uint8_t>& blob, const StateLoadOptions& opt = {}) {
-    load(blob.data(), blob.size(), opt);
-  }
-};
 
 template <class N, class M, class T, class R, class B>
 class DeviceDynAdapter final : public DynDeviceController {
@@ -134,9 +99,17 @@ std::unique_ptr<DynDeviceController> make_device_dyn(const GnmrController<N, M, 
 // presets::make() on the device: the preset `name` with the overrides in
 // `o`, as a DeviceController behind DynDeviceController. Throws what
 // presets::make throws, and gnmr::cuda::Error when the device allocation
-// or upload fails.
+// or upload fails. "outer+inner" makes a LayeredDeviceController
+// (gnmr/cuda/layered.cuh), as presets::make makes a LayeredController.
 inline std::unique_ptr<DynDeviceController> make_device(const std::string& name, std::size_t num_units,
                                                         const presets::Options& o = {}) {
+  if (presets::is_layered(name)) {
+    const presets::LayeredName l = presets::split_layered(name);
+    const auto opts = presets::layered_options(l, o);
+    auto outer = make_device(l.outer, presets::is_global(l.outer) ? 1 : num_units, opts.first);
+    return std::unique_ptr<DynDeviceController>(new LayeredDeviceController(
+        std::move(outer), make_device(l.inner, num_units, opts.second), ScaleCombine::kProduct, name));
+  }
   return presets::with_preset(name, num_units, o, [&name](auto c) { return make_device_dyn(c, name); });
 }
 

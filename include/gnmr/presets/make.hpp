@@ -7,7 +7,9 @@
 // gnmr/presets/table.hpp; the CUDA counterpart of make() is
 // gnmr::cuda::make_device (gnmr/cuda/presets.cuh). Presets whose rule is
 // global (clip, zclip, skip-step) are meant for ONE unit: sum the per-tensor
-// L2 partials into unit 0 (is_global() tells).
+// L2 partials into unit 0 (is_global() tells). "outer+inner" names a
+// layered controller (gnmr/host/layered.hpp): a peer's rule with a GNMR
+// preset inside it, one partial per unit.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +18,7 @@
 #include <utility>
 
 #include "gnmr/host/dyn_controller.hpp"
+#include "gnmr/host/layered.hpp"
 #include "gnmr/presets/table.hpp"
 #include "gnmr/presets/typed.hpp"
 
@@ -28,6 +31,13 @@ namespace presets {
 // use for, or a value its policies reject.
 inline std::unique_ptr<DynController> make(const std::string& name, std::size_t num_units,
                                            const Options& o = {}) {
+  if (is_layered(name)) {
+    const LayeredName l = split_layered(name);
+    const auto opts = layered_options(l, o);
+    auto outer = make(l.outer, is_global(l.outer) ? 1 : num_units, opts.first);
+    return std::unique_ptr<DynController>(
+        new LayeredController(std::move(outer), make(l.inner, num_units, opts.second), ScaleCombine::kProduct, name));
+  }
   return with_preset(name, num_units, o, [&name](auto c) { return make_dyn(std::move(c), name); });
 }
 

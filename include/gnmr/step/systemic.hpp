@@ -226,14 +226,17 @@ inline double tree_256(double* x) {
   return x[0];
 }
 
-// Sum of the squares of n finite-or-not norms, in the tree's order (the
-// caller rounds it to fp32 once). scratch must hold ceil(n / 256) doubles
-// (no allocation here).
-inline double total_sq_tree(const float* norms, std::size_t n, double* scratch) {
+// The tree over n leaves leaf(i) (doubles), in the order above: each
+// 256-block by tree_256, then the block sums level after level. scratch
+// must hold ceil(n / 256) doubles (no allocation here). Shared by the
+// systemic total (total_sq_tree) and the layered controller's global input
+// (gnmr/step/layered.hpp); the CUDA twin is cuda::detail::block_sums_tree.
+template <class Leaf>
+double tree_sum(std::size_t n, Leaf leaf, double* scratch) {
   double blk[kTotalBlock];
   std::size_t m = 0;
   for (std::size_t b = 0; b < n; b += kTotalBlock, ++m) {
-    for (std::size_t j = 0; j < kTotalBlock; ++j) blk[j] = b + j < n ? total_square(norms[b + j]) : 0.0;
+    for (std::size_t j = 0; j < kTotalBlock; ++j) blk[j] = b + j < n ? leaf(b + j) : 0.0;
     scratch[m] = tree_256(blk);
   }
   while (m > 1) {  // the block sums, level by level, in place
@@ -245,6 +248,12 @@ inline double total_sq_tree(const float* norms, std::size_t n, double* scratch) 
     m = k;
   }
   return n ? scratch[0] : 0.0;
+}
+
+// Sum of the squares of n finite-or-not norms, in the tree's order (the
+// caller rounds it to fp32 once). scratch must hold ceil(n / 256) doubles.
+inline double total_sq_tree(const float* norms, std::size_t n, double* scratch) {
+  return tree_sum(n, [norms](std::size_t i) { return total_square(norms[i]); }, scratch);
 }
 
 inline std::size_t total_scratch_size(std::size_t n) { return (n + kTotalBlock - 1) / kTotalBlock; }

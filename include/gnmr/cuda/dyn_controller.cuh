@@ -1,0 +1,60 @@
+// gnmr/cuda/dyn_controller.cuh — DynDeviceController: the runtime-polymorphic
+// face of every device controller (DeviceController<...> behind
+// DeviceDynAdapter, gnmr/cuda/presets.cuh; LayeredDeviceController,
+// gnmr/cuda/layered.cuh), the device twin of gnmr::DynController.
+//
+// Determinism: an interface; each implementation states its own.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gnmr/core/types.hpp"
+#include "gnmr/io/state.hpp"
+
+namespace gnmr {
+namespace cuda {
+
+class DynDeviceController {
+ public:
+  virtual ~DynDeviceController() = default;
+
+  // One step from per-unit partials / finished norms in device memory, on
+  // `stream`. Enqueue only; returns the launch error.
+  virtual cudaError_t step(const float* d_partials, cudaStream_t stream = 0) = 0;
+  virtual cudaError_t step_norms(const float* d_norms, cudaStream_t stream = 0) = 0;
+
+  // Device arrays, valid once the step that wrote them has run.
+  virtual const UnitDecision* decisions() const = 0;
+  virtual const UnitReport* reports() const = 0;
+  virtual const StepSummary* summary() const = 0;
+  virtual cudaError_t copy_summary_async(StepSummary* host, cudaStream_t stream = 0) const = 0;
+
+  // Blocking copies (tests, logs, checkpoints): they synchronise.
+  virtual std::vector<UnitDecision> copy_decisions() const = 0;
+  virtual std::vector<UnitReport> copy_reports() const = 0;
+  virtual StepSummary copy_summary() const = 0;
+  virtual std::int64_t steps_done() const = 0;
+
+  virtual std::size_t num_units() const = 0;
+  virtual std::string name() const = 0;
+  virtual std::uint32_t max_in_recovery() const = 0;  // 0xffffffff: unlimited
+  virtual void set_unit_numel(const std::uint64_t* numel, std::size_t n) = 0;
+  virtual void reset() = 0;  // synchronous
+
+  // The host state blob; load() throws gnmr::StateError on a bad blob and
+  // then changes nothing. Both synchronise.
+  virtual std::vector<std::uint8_t> save() const = 0;
+  virtual void load(const void* data, std::size_t size, const StateLoadOptions& opt) = 0;
+  void load(const void* data, std::size_t size) { load(data, size, StateLoadOptions{}); }
+  void load(const std::vector<std::uint8_t>& blob, const StateLoadOptions& opt = {}) {
+    load(blob.data(), blob.size(), opt);
+  }
+};
+
+}  // namespace cuda
+}  // namespace gnmr

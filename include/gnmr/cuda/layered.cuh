@@ -1,0 +1,207 @@
+// gnmr/cuda/layered.cuh — LayeredDeviceController: an outer rule (global or
+// per unit) and GNMR's budgeted trigger in one device step; the CUDA twin of
+// gnmr::LayeredController (gnmr/host/layered.hpp).
+//
+//   auto ctl = gnmr::cuda::make_device("stabilizer+gnmr", units);  // by name
+//   ctl->step(d_partials, stream);     // L2 partials, one per unit, on the device
+//   adamw_step(..., ctl->decisions(), stream, nullptr, ctl->summary());
+//
+// A step enqueues, on the caller's stream: for a global outer, one
+// single-block kernel summing the finite partials in detail::tree_sum's
+// order (the host's tree, level by level); the outer controller's step; the
+// inner's step; one combine kernel that writes the layered decisions,
+// reports and summary with gnmr/step/layered.hpp's functors. No allocation
+// (every buffer is made at construction), no host synchronisation, no
+// device-to-host copy: the sequence can be captured in a CUDA graph.
+//
+// Determinism: the same functors and the same fixed-order sum as the host
+// LayeredController, over controllers that are bit-identical to their host
+// twins: the same partials give the same decisions on host and device.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gnmr/core/math.hpp"
+#include "gnmr/core/types.hpp"
+#include "gnmr/cuda/block.cuh"
+#include "gnmr/cuda/dyn_controller.cuh"
+#include "gnmr/cuda/error.cuh"
+#include "gnmr/cuda/memory.cuh"
+#include "gnmr/host/layered.hpp"
+#include "gnmr/step/layered.hpp"
+#include "gnmr/step/systemic.hpp"
+
+namespace gnmr {
+namespace cuda {
+namespace detail {
+
+// detail::tree_sum over the finite partials (kSqrt false: the sum, for
+// step()) or over the finite norms' squares (kSqrt true: its square root,
+// for step_norms()), by one block of kTreeThreads threads; the fp32 result
+// in *out. blocks: ceil(n / 256) doubles of scratch.
+template <bool kNorms>
+__global__ void __launch_bounds__(kTreeThreads) layered_total(const float* in, std::uint32_t n, double* blocks,
+                                                               float* out) {
+  __shared__ double x[kTreeThreads];
+  std::uint32_t m = 0;
+  for (std::uint32_t b = 0; b < n; b += kTreeThreads, ++m) {
+    const std::uint32_t i = b + threadIdx.x;
+    x[threadIdx.x] = i < n ? (kNorms ? gnmr::detail::total_square(in[i]) : layer_global_leaf(in[i])) : 0.0;
+    __syncthreads();
+    block_tree_256(x);
+    if (threadIdx.x == 0) blocks[m] = x[0];
+    __syncthreads();
+  }
+  const double total = n ? block_sums_tree(blocks, m, x) : 0.0;
+  if (threadIdx.x == 0) {
+    const float t = static_cast<float>(total);
+    *out = kNorms ? math::sqrt(t) : t;
+  }
+}
+
+// The layered decisions, reports and summary from the two controllers'.
+__global__ void layered_combine(const UnitDecision* od, const UnitDecision* id, const UnitReport* ir,
+                                const StepSummary* os, const StepSummary* is, std::uint32_t n, bool global,
+                                ScaleCombine c, UnitDecision* dec, UnitReport* rep, StepSummary* sum) {
+  const std::uint32_t u = blockIdx.x * blockDim.x + threadIdx.x;
+  if (u < n) {
+    const UnitDecision d = layer_decision(od[global ? 0u : u], id[u], c);
+    dec[u] = d;
+    UnitReport r = ir[u];
+    r.scale = d.scale;
+    r.flags = d.flags;
+    rep[u] = r;
+  }
+  if (u == 0) *sum = layer_summary(*os, *is);
+}
+
+}  // namespace detail
+
+class LayeredDeviceController final : public DynDeviceController {
+ public:
+  // outer: 1 unit (a global rule) or as many as inner. Allocates its
+  // buffers (setup time). Throws std::invalid_argument for a null controller
+  // or mismatched unit counts, gnmr::cuda::Error when an allocation fails.
+  LayeredDeviceController(std::unique_ptr<DynDeviceController> outer, std::unique_ptr<DynDeviceController> inner,
+                          ScaleCombine combine = ScaleCombine::kProduct, std::string name = {})
+      : outer_(std::move(outer)), inner_(std::move(inner)), combine_(combine), name_(std::move(name)) {
+    if (!outer_ || !inner_)
+      throw std::invalid_argument("gnmr: LayeredDeviceController: outer and inner must be controllers");
+    n_ = inner_->num_units();
+    if (outer_->num_units() != 1 && outer_->num_units() != n_)
+      throw std::invalid_argument("gnmr: LayeredDeviceController: the outer rule has " +
+                                  std::to_string(outer_->num_units()) +
+                                  " units; it must have 1 (global) or the inner's " + std::to_string(n_));
+    if (n_ > 0xffffffffu) throw std::invalid_argument("gnmr: LayeredDeviceController: too many units");
+    if (static_cast<std::uint32_t>(combine_) > 1u)
+      throw std::invalid_argument("gnmr: LayeredDeviceController: combine must be product or min");
+    if (name_.empty()) name_ = outer_->name() + "+" + inner_->name();
+    global_ = outer_->num_units() == 1 && n_ != 1;
+    dec_ = DeviceBuffer(n_ * sizeof(UnitDecision), "LayeredDeviceController: cudaMalloc");
+    rep_ = DeviceBuffer(n_ * sizeof(UnitReport), "LayeredDeviceController: cudaMalloc");
+    sum_ = DeviceBuffer(sizeof(StepSummary), "LayeredDeviceController: cudaMalloc");
+    total_ = DeviceBuffer(sizeof(float), "LayeredDeviceController: cudaMalloc");
+    blocks_ = DeviceBuffer((gnmr::detail::total_scratch_size(n_) + 1) * sizeof(double),
+                           "LayeredDeviceController: cudaMalloc");
+    const StepSummary zero{};
+    upload(sum_.as<StepSummary>(), &zero, 1, "LayeredDeviceController: upload");
+  }
+
+  using DynDeviceController::load;
+  cudaError_t step(const float* d_partials, cudaStream_t s) override { return run<false>(d_partials, s); }
+  cudaError_t step_norms(const float* d_norms, cudaStream_t s) override { return run<true>(d_norms, s); }
+
+  const UnitDecision* decisions() const override { return dec_.as<UnitDecision>(); }
+  const UnitReport* reports() const override { return rep_.as<UnitReport>(); }
+  const StepSummary* summary() const override { return sum_.as<StepSummary>(); }
+  cudaError_t copy_summary_async(StepSummary* host, cudaStream_t s) const override {
+    if (host == nullptr) throw std::invalid_argument("gnmr: LayeredDeviceController::copy_summary_async: null host");
+    return cudaMemcpyAsync(host, summary(), sizeof(StepSummary), cudaMemcpyDeviceToHost, s);
+  }
+  std::vector<UnitDecision> copy_decisions() const override { return download(decisions(), n_, kCopy); }
+  std::vector<UnitReport> copy_reports() const override { return download(reports(), n_, kCopy); }
+  StepSummary copy_summary() const override { return download(summary(), 1, kCopy)[0]; }
+  std::int64_t steps_done() const override { return inner_->steps_done(); }
+  std::size_t num_units() const override { return n_; }
+  std::string name() const override { return name_; }
+  std::uint32_t max_in_recovery() const override { return inner_->max_in_recovery(); }
+  void set_unit_numel(const std::uint64_t* numel, std::size_t n) override {
+    if (n != n_) throw std::invalid_argument("gnmr: LayeredDeviceController::set_unit_numel: wrong unit count");
+    inner_->set_unit_numel(numel, n);
+    if (!global_) {
+      outer_->set_unit_numel(numel, n);
+    } else {
+      std::uint64_t total = 0;
+      for (std::size_t i = 0; i < n; ++i) total += numel[i];
+      outer_->set_unit_numel(&total, 1);
+    }
+  }
+  void reset() override {
+    outer_->reset();
+    inner_->reset();
+  }
+  // The host LayeredController's container: a checkpoint moves between the
+  // backends. All or nothing, as on the host.
+  std::vector<std::uint8_t> save() const override {
+    return gnmr::detail::nest_blobs(outer_->save(), inner_->save());
+  }
+  void load(const void* data, std::size_t size, const StateLoadOptions& opt) override {
+    const gnmr::detail::NestedBlobs b = gnmr::detail::split_blobs(data, size);
+    const std::vector<std::uint8_t> before = outer_->save();
+    outer_->load(b.outer, b.outer_size, opt);
+    try {
+      inner_->load(b.inner, b.inner_size, opt);
+    } catch (...) {
+      outer_->load(before.data(), before.size(), opt);
+      throw;
+    }
+  }
+
+  const DynDeviceController& outer() const { return *outer_; }
+  const DynDeviceController& inner() const { return *inner_; }
+  bool outer_is_global() const { return global_; }
+
+ private:
+  static constexpr const char* kCopy = "LayeredDeviceController: download";
+
+  template <bool kNorms>
+  cudaError_t run(const float* d_in, cudaStream_t s) {
+    if (d_in == nullptr) throw std::invalid_argument("gnmr: LayeredDeviceController::step: null input");
+    const auto n = static_cast<std::uint32_t>(n_);
+    cudaError_t e;
+    if (global_) {
+      detail::layered_total<kNorms><<<1, detail::kTreeThreads, 0, s>>>(d_in, n, blocks_.as<double>(),
+                                                                        total_.as<float>());
+      if ((e = cudaGetLastError()) != cudaSuccess) return e;
+      e = kNorms ? outer_->step_norms(total_.as<float>(), s) : outer_->step(total_.as<float>(), s);
+    } else {
+      e = kNorms ? outer_->step_norms(d_in, s) : outer_->step(d_in, s);
+    }
+    if (e != cudaSuccess) return e;
+    if ((e = kNorms ? inner_->step_norms(d_in, s) : inner_->step(d_in, s)) != cudaSuccess) return e;
+    const std::uint32_t threads = 256, blocks = n ? (n + threads - 1) / threads : 1;
+    detail::layered_combine<<<blocks, threads, 0, s>>>(outer_->decisions(), inner_->decisions(), inner_->reports(),
+                                                       outer_->summary(), inner_->summary(), n, global_, combine_,
+                                                       dec_.as<UnitDecision>(), rep_.as<UnitReport>(),
+                                                       sum_.as<StepSummary>());
+    return cudaGetLastError();
+  }
+
+  std::unique_ptr<DynDeviceController> outer_, inner_;
+  ScaleCombine combine_;
+  std::string name_;
+  std::size_t n_ = 0;
+  bool global_ = false;
+  DeviceBuffer dec_, rep_, sum_, total_, blocks_;
+};
+
+}  // namespace cuda
+}  // namespace gnmr

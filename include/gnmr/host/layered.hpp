@@ -1,0 +1,219 @@
+// gnmr/host/layered.hpp — LayeredController: an outer rule (global or per
+// unit) and GNMR's budgeted trigger in one host step.
+//
+//   auto ctl = gnmr::presets::make("stabilizer+gnmr", units);   // by name, or:
+//   gnmr::LayeredController ctl(gnmr::presets::make("clip", 1),
+//                               gnmr::presets::make("gnmr", units));
+//   ctl.step(partials, units);    // L2 partials (sums of squares), one per unit
+//   ... ctl.decisions() ...       // what the optimizer applies
+//
+// Both controllers see the same raw partials and keep their own state; the
+// per-unit combination (scales multiply or take the minimum, the outer's
+// skip/reset/non-finite flags join the inner's, promotion comes from the
+// inner alone) is gnmr/step/layered.hpp's, the same functors the CUDA twin
+// (gnmr::cuda::LayeredDeviceController) runs. A one-unit outer is global:
+// it is fed the sum of the finite units' partials and its decision applies
+// to every unit. The inner is normally a GNMR preset (presets::make checks
+// that for names); here any two DynControllers compose.
+//
+// Allocation: buffers are sized at construction; step() allocates nothing.
+// Determinism: the outer's and the inner's own guarantees, plus a
+// fixed-order sum for a global outer (detail::tree_sum) and integer flag
+// arithmetic; the same partials give the same decisions on every run and
+// on the device.
+// State: save() nests the two controllers' versioned blobs in a small
+// container ("GNML", version 1); load() is all or nothing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gnmr/core/math.hpp"
+#include "gnmr/host/dyn_controller.hpp"
+#include "gnmr/io/state.hpp"
+#include "gnmr/step/layered.hpp"
+#include "gnmr/step/systemic.hpp"
+
+namespace gnmr {
+
+namespace detail {
+constexpr std::uint32_t kLayeredMagic = 0x4c4d4e47u;  // "GNML" little-endian
+constexpr std::uint32_t kLayeredVersion = 1;
+
+// "GNML" | version | outer bytes (u64) | outer blob | inner bytes (u64) | inner blob
+inline std::vector<std::uint8_t> nest_blobs(const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b) {
+  std::vector<std::uint8_t> out(8 + 8 + a.size() + 8 + b.size());
+  std::uint8_t* p = out.data();
+  const auto put = [&p](const void* v, std::size_t k) {
+    std::memcpy(p, v, k);
+    p += k;
+  };
+  const std::uint64_t na = a.size(), nb = b.size();
+  put(&kLayeredMagic, 4);
+  put(&kLayeredVersion, 4);
+  put(&na, 8);
+  put(a.data(), a.size());
+  put(&nb, 8);
+  put(b.data(), b.size());
+  return out;
+}
+
+struct NestedBlobs {
+  const std::uint8_t* outer;
+  std::size_t outer_size;
+  const std::uint8_t* inner;
+  std::size_t inner_size;
+};
+inline NestedBlobs split_blobs(const void* data, std::size_t size) {
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  if (data == nullptr || size < 16) throw StateError("gnmr: layered state: truncated blob (" + std::to_string(size) + " bytes)");
+  std::uint32_t magic, version;
+  std::memcpy(&magic, p, 4);
+  std::memcpy(&version, p + 4, 4);
+  if (magic != kLayeredMagic) throw StateError("gnmr: layered state: not a layered controller's blob (bad magic)");
+  if (version != kLayeredVersion)
+    throw StateError("gnmr: layered state: unsupported container version " + std::to_string(version));
+  std::uint64_t na, nb;
+  std::memcpy(&na, p + 8, 8);
+  if (na > size - 16) throw StateError("gnmr: layered state: truncated blob (outer part)");
+  if (size - 16 - na < 8) throw StateError("gnmr: layered state: truncated blob (inner size)");
+  std::memcpy(&nb, p + 16 + na, 8);
+  if (nb != size - 24 - na) throw StateError("gnmr: layered state: inner part's size does not match the blob");
+  return {p + 16, static_cast<std::size_t>(na), p + 24 + na, static_cast<std::size_t>(nb)};
+}
+}  // namespace detail
+
+class LayeredController final : public DynController {
+ public:
+  // outer: 1 unit (a global rule) or as many as inner. Throws
+  // std::invalid_argument for a null controller or mismatched unit counts.
+  LayeredController(std::unique_ptr<DynController> outer, std::unique_ptr<DynController> inner,
+                    ScaleCombine combine = ScaleCombine::kProduct, std::string name = {})
+      : outer_(std::move(outer)), inner_(std::move(inner)), combine_(combine), name_(std::move(name)) {
+    if (!outer_ || !inner_) throw std::invalid_argument("gnmr: LayeredController: outer and inner must be controllers");
+    const std::size_t n = inner_->num_units();
+    if (outer_->num_units() != 1 && outer_->num_units() != n)
+      throw std::invalid_argument("gnmr: LayeredController: the outer rule has " +
+                                  std::to_string(outer_->num_units()) +
+                                  " units; it must have 1 (global) or the inner's " + std::to_string(n));
+    if (static_cast<std::uint32_t>(combine_) > 1u)
+      throw std::invalid_argument("gnmr: LayeredController: combine must be product or min");
+    if (name_.empty()) name_ = outer_->name() + "+" + inner_->name();
+    global_ = outer_->num_units() == 1 && n != 1;
+    dec_.resize(n);
+    rep_.resize(n);
+    scratch_.resize(detail::total_scratch_size(n) + 1);
+  }
+
+  using DynController::load;
+  using DynController::set_unit_numel;
+  using DynController::step;
+  using DynController::step_norms;
+
+  const StepSummary& step(const float* partials, std::size_t n) override {
+    check_n(n, "step");
+    if (global_) {
+      const float total = static_cast<float>(
+          detail::tree_sum(n, [partials](std::size_t i) { return layer_global_leaf(partials[i]); }, scratch_.data()));
+      outer_->step(&total, 1);
+    } else {
+      outer_->step(partials, n);
+    }
+    inner_->step(partials, n);
+    return combine();
+  }
+  const StepSummary& step_norms(const float* norms, std::size_t n) override {
+    check_n(n, "step_norms");
+    if (global_) {
+      const float total = math::sqrt(static_cast<float>(detail::total_sq_tree(norms, n, scratch_.data())));
+      outer_->step_norms(&total, 1);
+    } else {
+      outer_->step_norms(norms, n);
+    }
+    inner_->step_norms(norms, n);
+    return combine();
+  }
+
+  const std::vector<UnitDecision>& decisions() const override { return dec_; }
+  const std::vector<UnitReport>& reports() const override { return rep_; }
+  const StepSummary& summary() const override { return sum_; }
+  const std::vector<std::uint32_t>& promoted_units() const override { return inner_->promoted_units(); }
+  std::size_t num_units() const override { return inner_->num_units(); }
+  std::int64_t steps_done() const override { return inner_->steps_done(); }
+  std::string name() const override { return name_; }
+  std::uint32_t max_in_recovery() const override { return inner_->max_in_recovery(); }
+  ScaleCombine combine_rule() const { return combine_; }
+  bool outer_is_global() const { return global_; }
+
+  std::vector<std::uint8_t> save() const override { return detail::nest_blobs(outer_->save(), inner_->save()); }
+  // All or nothing: the container is checked, then the outer loads (a bad
+  // blob changes nothing), then the inner; if the inner's is rejected the
+  // outer is put back as it was before the error is rethrown.
+  void load(const void* data, std::size_t size, const StateLoadOptions& opt) override {
+    const detail::NestedBlobs b = detail::split_blobs(data, size);
+    const std::vector<std::uint8_t> before = outer_->save();
+    outer_->load(b.outer, b.outer_size, opt);
+    try {
+      inner_->load(b.inner, b.inner_size, opt);
+    } catch (...) {
+      outer_->load(before.data(), before.size(), opt);
+      throw;
+    }
+  }
+  void set_unit_numel(const std::uint64_t* numel, std::size_t n) override {
+    check_n(n, "set_unit_numel");
+    inner_->set_unit_numel(numel, n);
+    if (!global_) {
+      outer_->set_unit_numel(numel, n);
+    } else {
+      std::uint64_t total = 0;
+      for (std::size_t i = 0; i < n; ++i) total += numel[i];
+      outer_->set_unit_numel(&total, 1);
+    }
+  }
+  void reset() override {
+    outer_->reset();
+    inner_->reset();
+  }
+
+  // The two controllers, for telemetry of each rule on its own.
+  const DynController& outer() const { return *outer_; }
+  const DynController& inner() const { return *inner_; }
+
+ private:
+  void check_n(std::size_t n, const char* what) const {
+    if (n != inner_->num_units())
+      throw std::invalid_argument(std::string("gnmr: LayeredController::") + what + ": got " + std::to_string(n) +
+                                  " units, the controller has " + std::to_string(inner_->num_units()));
+  }
+  const StepSummary& combine() {
+    const auto& od = outer_->decisions();
+    const auto& id = inner_->decisions();
+    const auto& ir = inner_->reports();
+    for (std::size_t u = 0; u < dec_.size(); ++u) {
+      dec_[u] = layer_decision(od[global_ ? 0 : u], id[u], combine_);
+      rep_[u] = ir[u];
+      rep_[u].scale = dec_[u].scale;
+      rep_[u].flags = dec_[u].flags;
+    }
+    sum_ = layer_summary(outer_->summary(), inner_->summary());
+    return sum_;
+  }
+
+  std::unique_ptr<DynController> outer_, inner_;
+  ScaleCombine combine_;
+  std::string name_;
+  bool global_ = false;
+  std::vector<UnitDecision> dec_;
+  std::vector<UnitReport> rep_;
+  std::vector<double> scratch_;
+  StepSummary sum_{};
+};
+
+}  // namespace gnmr

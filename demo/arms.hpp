@@ -8,7 +8,7 @@
 // gnmr-promote and gnmr-clip are never reused.
 //
 // No torch and no CUDA header here: cuda_backend.cu builds the device twin
-// of the same controller through with_arm_controller().
+// of the same controller with cuda::make_device (same names, same options).
 #pragma once
 
 #include <algorithm>
@@ -28,7 +28,7 @@ enum class Table : std::uint8_t { kNone, kRandom, kFixed, kAll };
 
 struct ArmDef {
   std::string name;
-  std::string controller = "none";  // preset name, or <global>+<per-unit> (legacy)
+  std::string controller = "none";  // preset name, or a layered "outer+inner" (gnmr/host/layered.hpp)
   gnmr::presets::Options overrides;  // the arm's own; --max-o etc. add to them
   PromoteFrom promote = PromoteFrom::kController;
   Table table = Table::kNone;
@@ -64,11 +64,29 @@ inline const std::vector<ArmDef>& arm_table() {
       {"skip-step", "skip-step", {}, P::kController, Table::kNone, false, false, "", "OLMo-core's skip-step"},
       {"stabilizer", "stabilizer", {}, P::kController, Table::kNone, false, false, "",
        "Stable-SPAM's AdaGN (GradientStabilizer)"},
+      // GNMR inside the stabilizer (issue 20): the library's layered controller.
+      {"stabilizer-high", "stabilizer", {}, P::kTable, Table::kAll, true, false, "",
+       "the stabilizer with every GEMM in high precision: what is left to close under it"},
+      {"stabilizer+gnmr-promote", "stabilizer+gnmr-promote", {}, P::kController, Table::kNone, false, false, "",
+       "the stabilizer with GNMR inside it: gnmr-promote's promotions and clips"},
+      {"stabilizer+gnmr", "stabilizer+gnmr", {}, P::kController, Table::kNone, false, false, "",
+       "the stabilizer with GNMR inside it: the chosen gnmr preset"},
+      {"stabilizer+random", "stabilizer", {}, P::kTable, Table::kRandom, false, false, "stabilizer+gnmr-promote",
+       "the stabilizer with stabilizer+gnmr-promote's promoted operator-steps at random operators and steps"},
   };
   return t;
 }
 
+// A preset name or a valid layered name ("stabilizer+gnmr").
 inline bool library_has(const std::string& preset) {
+  if (gnmr::presets::is_layered(preset)) {
+    try {
+      gnmr::presets::split_layered(preset);
+      return true;
+    } catch (const std::invalid_argument&) {
+      return false;
+    }
+  }
   const auto n = gnmr::presets::names();
   return std::find(n.begin(), n.end(), preset) != n.end();
 }
@@ -80,7 +98,7 @@ inline const char* controller_source(const std::string& c) { return library_has(
 // Arms usable with this library build (every arm of the table, since the
 // library has gnmr-promote, gnmr-clip and gnmr-systemic).
 inline bool arm_available(const ArmDef& a) {
-  return a.controller.find('+') != std::string::npos || library_has(a.controller);
+  return library_has(a.controller);
 }
 
 inline const ArmDef& find_arm(const std::string& name) {
@@ -94,13 +112,6 @@ inline const ArmDef& find_arm(const std::string& name) {
   std::string all;
   for (const auto& a : arm_table()) all += (all.empty() ? "" : ", ") + a.name;
   throw std::invalid_argument("unknown arm '" + name + "'; arms: " + all);
-}
-
-// f(typed controller) for a preset name: the library's preset table.
-template <class F>
-auto with_arm_controller(const std::string& name, std::size_t units, const gnmr::presets::Options& o, F&& f)
-    -> decltype(f(gnmr::presets::pass_through(1))) {
-  return gnmr::presets::with_preset(name, units, o, f);  // throws for an unknown name
 }
 
 // --- overrides as text (cache keys, logs) ---------------------------------

@@ -80,9 +80,7 @@ CudaBackend::CudaBackend(const CudaArm& arm, const std::vector<CudaTensorRef>& t
   Impl& I = *impl_;
   I.arm = arm;
   const std::size_t n = arm.units;
-  I.ctl = with_arm_controller(arm.controller, arm.global ? 1 : n, arm.options, [&arm](auto c) {
-    return gnmr::cuda::make_device_dyn(c, arm.controller);
-  });
+  I.ctl = gnmr::cuda::make_device(arm.controller, arm.global ? 1 : n, arm.options);
   I.dec.resize(n);
   std::vector<gnmr::Segment> segs;
   std::vector<gnmr::AdamWTensor> ts;

@@ -54,8 +54,9 @@ Benchmark suite (docs/stability.md):
 Original comparison (docs/demo.md):
   --controllers LIST  comma-separated presets (default:
                       none,clip,zclip,adagc,spam,skip-step,stabilizer,gnmr;
-                      also gnmr-ladder, gnmr-promote, gnmr-clip and on the CPU a
-                      layered <global>+<per-unit> pair such as clip+gnmr)
+                      also gnmr-ladder, gnmr-promote, gnmr-clip, and layered
+                      controllers outer+inner such as clip+gnmr or
+                      stabilizer+gnmr, on either device)
   --stress S          none | fp8 | fp4: E4M3 / E2M1 quantize-dequantize of every
                       linear layer's input, per-tensor current scale (default fp4)
   --seed N            seed of init, batches and faults (default 1)
@@ -201,12 +202,7 @@ int suite(std::vector<std::string> scenarios, std::vector<std::string> arms, con
 
 int legacy(demo::RunConfig rc, std::vector<std::string> controllers, bool baseline, int threads,
            const std::string& out, const std::string& stress) {
-  for (const auto& c : controllers) {  // validates the names
-    const demo::Layers l = demo::parse_layers(c);
-    demo::make_controller(l.inner, 1, {});
-    if (!l.outer.empty() && rc.device != "cpu")
-      throw std::invalid_argument("layered controllers ('" + c + "') run on --device cpu only");
-  }
+  for (const auto& c : controllers) demo::make_controller(c, 2, {});  // validates the names
   check_device(rc.device);
   torch::set_num_threads(threads);
   std::filesystem::create_directories(out);

@@ -2,12 +2,14 @@
 // (gnuplot; its .gp script and data files stay next to it):
 //   top: the train loss of every arm (EMA 0.9 of each run, averaged over
 //        the seeds), low and high dashed;
-//   bottom: gap closed (mean over seeds, bar = std) against high-precision
+//   bottom: gap closed (ratio of mean differences, bar = its 95% bootstrap
+//        interval, demo/bootstrap.hpp) against high-precision
 //        operator-step share, one labelled point per arm. The share axis is
 //        logarithmic; arms with no promoted operator-step sit at 0.05%.
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -26,13 +28,24 @@ inline std::string plot_scenario(const std::string& out, const std::string& scen
   const std::string base = out + "/" + scenario;
   std::vector<std::string> arms;
   std::ofstream loss(base + "-loss.dat"), front(base + "-frontier.dat");
+  std::map<std::uint64_t, double> low, high;  // seed -> final validation loss
+  for (const auto& r : rows) {
+    if (r.job->cfg.scenario != scenario) continue;
+    if (r.job->cfg.arm.name == "low") low[r.job->cfg.seed] = r.val;
+    if (r.job->cfg.arm.name == "high") high[r.job->cfg.seed] = r.val;
+  }
   for (const auto& arm : arm_order) {
     std::vector<std::vector<double>> curves;
-    std::vector<double> gap, share;
+    std::vector<double> num, den, share;
     for (const auto& r : rows) {
       if (r.job->cfg.scenario != scenario || r.job->cfg.arm.name != arm) continue;
       curves.push_back(series(r.r, "train_loss"));
-      gap.push_back(r.gap);
+      const auto seed = r.job->cfg.seed;
+      if (low.count(seed) && high.count(seed) && !std::isnan(r.val) && !std::isnan(low[seed]) &&
+          !std::isnan(high[seed])) {
+        num.push_back(low[seed] - r.val);
+        den.push_back(low[seed] - high[seed]);
+      }
       share.push_back(field(r.r, "hp_share"));
     }
     if (curves.empty()) continue;
@@ -52,9 +65,12 @@ inline std::string plot_scenario(const std::string& out, const std::string& scen
       if (n) loss << t + 1 << ' ' << s / n << '\n';
     }
     loss << "\n\n";
-    const Stat g = stat_of(gap), h = stat_of(share);
-    front << '"' << arm << "\" " << std::max(0.05, 100 * (h.n ? h.mean : 0)) << ' ' << (g.n ? g.mean : 0) << ' '
-          << (g.n ? g.sd : 0) << '\n';
+    const Stat h = stat_of(share);
+    double g = num.empty() ? NAN : ratio_of_means(num, den);
+    const Interval ci = num.empty() ? Interval{} : boot_ratio(num, den);
+    if (std::isnan(g)) g = 0;  // no low/high pairs (or no gap): on the axis, as before
+    front << '"' << arm << "\" " << std::max(0.05, 100 * (h.n ? h.mean : 0)) << ' ' << g << ' '
+          << (std::isnan(ci.lo) ? g : ci.lo) << ' ' << (std::isnan(ci.hi) ? g : ci.hi) << '\n';
   }
   loss.close();
   front.close();
@@ -75,7 +91,7 @@ inline std::string plot_scenario(const std::string& out, const std::string& scen
   }
   gp << "\nset logscale x\nset xrange [0.03:150]\nset xlabel 'high-precision operator-steps (%, log)'\n"
      << "set ylabel 'gap closed: (L(low) - L(arm)) / (L(low) - L(high))' noenhanced\nset key off\nset yrange [*:*]\n"
-     << "plot '" << base << "-frontier.dat' using 2:3:4 with yerrorbars pt 7 ps 1.2 lc rgb '#1f77b4', \\\n  '"
+     << "plot '" << base << "-frontier.dat' using 2:3:4:5 with yerrorbars pt 7 ps 1.2 lc rgb '#1f77b4', \\\n  '"
      << base << "-frontier.dat' using 2:3:1 with labels offset 1,0.6 left font ',9'\nunset multiplot\n";
   gp.close();
   if (!gnuplot_found()) return "";

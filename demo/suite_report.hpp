@@ -7,9 +7,13 @@
 // Paired statistics: for an arm x and a reference arm a of the same
 // scenario and settings, d_s = L_x(s) - L_a(s) per seed s; reported as
 // mean +- sample standard deviation of d over the seeds both have, with the
-// number of seeds where x is better (d < 0) and worse (d > 0). gap closed =
-// (L_low - L_x) / (L_low - L_high) per seed, empty when the suite lacks low
-// or high for that seed, or when L_low = L_high.
+// number of seeds where x is better (d < 0) and worse (d > 0), and a 95%
+// bootstrap interval of the mean (demo/bootstrap.hpp). Gap closed, in the
+// summary, is a ratio of means over the seeds with low, high and x:
+// mean(L_low - L_x) / mean(L_low - L_high), with its bootstrap interval
+// (never a mean of per-seed ratios, which explodes where a seed's gap is
+// small); results.csv keeps the per-seed ratio of each run, empty when the
+// suite lacks low or high for that seed, or when L_low = L_high.
 #pragma once
 
 #include <cmath>
@@ -23,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bootstrap.hpp"
 #include "suite.hpp"
 
 namespace demo {
@@ -111,8 +116,11 @@ inline void write_results_csv(const std::string& path, const std::vector<SuiteRo
 }
 
 // Arms that are controls in the "best control" comparison.
+// Not low, not an all-high reference (high, stabilizer-high), not an arm
+// with GNMR in it.
 inline bool is_control(const std::string& arm) {
-  return arm != "low" && arm != "high" && arm.rfind("gnmr", 0) != 0;
+  const bool all_high = arm == "high" || (arm.size() > 5 && arm.compare(arm.size() - 5, 5, "-high") == 0);
+  return arm != "low" && !all_high && arm.find("gnmr") == std::string::npos;
 }
 
 // Per scenario: the table on `os`, rows appended to summary.csv.
@@ -121,12 +129,37 @@ inline void summarize(std::ostream& os, std::ofstream& csv, const std::string& s
   std::map<std::string, std::map<std::uint64_t, const SuiteRow*>> by;  // arm -> seed -> row
   for (const auto& r : rows)
     if (r.job->cfg.scenario == scenario) by[r.job->cfg.arm.name][r.job->cfg.seed] = &r;
-  const auto paired = [&](const std::string& x, const std::string& a) {
+  const auto diffs = [&](const std::string& x, const std::string& a) {
     std::vector<double> d;
-    if (!by.count(x) || !by.count(a)) return stat_of(d);
+    if (!by.count(x) || !by.count(a)) return d;
     for (const auto& [seed, r] : by[x])
-      if (by[a].count(seed)) d.push_back(r->val - by[a][seed]->val);
-    return stat_of(d);
+      if (by[a].count(seed) && !std::isnan(r->val) && !std::isnan(by[a][seed]->val))
+        d.push_back(r->val - by[a][seed]->val);
+    return d;
+  };
+  const auto paired = [&](const std::string& x, const std::string& a) { return stat_of(diffs(x, a)); };
+  // Gap closed as a ratio of means: (low - x) over (low - high), seeds with all three.
+  const auto gap_of = [&](const std::string& x, Interval& ci) {
+    std::vector<double> num, den;
+    ci = Interval{};
+    if (!by.count(x) || !by.count("low") || !by.count("high")) return static_cast<double>(NAN);
+    for (const auto& [seed, r] : by[x]) {
+      if (!by["low"].count(seed) || !by["high"].count(seed)) continue;
+      const double lo = by["low"][seed]->val, hi = by["high"][seed]->val;
+      if (std::isnan(lo) || std::isnan(hi) || std::isnan(r->val)) continue;
+      num.push_back(lo - r->val);
+      den.push_back(lo - hi);
+    }
+    if (num.empty()) return static_cast<double>(NAN);
+    ci = boot_ratio(num, den);
+    return ratio_of_means(num, den);
+  };
+  const auto ci_text = [](double m, const Interval& i, int prec) {
+    if (std::isnan(m)) return std::string("-");
+    std::ostringstream o;
+    o << std::fixed << std::setprecision(prec) << std::showpos << m;
+    if (!std::isnan(i.lo)) o << " [" << i.lo << "," << i.hi << "]";
+    return o.str();
   };
   const auto column = [&](const std::string& arm, const char* k) {
     std::vector<double> v;
@@ -138,21 +171,24 @@ inline void summarize(std::ostream& os, std::ofstream& csv, const std::string& s
     if (is_control(arm) && (best.empty() || column(arm, "final_val_loss").mean < column(best, "final_val_loss").mean))
       best = arm;
   os << "\n== " << scenario << (best.empty() ? "" : " (best control: " + best + ")") << "\n";
-  os << std::left << std::setw(19) << "arm" << std::right << std::setw(3) << "n" << std::setw(17) << "val"
-     << std::setw(17) << "d(low)" << std::setw(6) << "+/-" << std::setw(17) << "d(best ctl)" << std::setw(6) << "+/-"
-     << std::setw(15) << "gap closed" << std::setw(7) << "hp%" << std::setw(7) << "hpF%" << std::setw(7) << "spk"
+  os << std::left << std::setw(25) << "arm" << std::right << std::setw(3) << "n" << std::setw(17) << "val"
+     << std::setw(28) << "d(low) [95% CI]" << std::setw(6) << "+/-" << std::setw(28) << "d(best ctl) [95% CI]"
+     << std::setw(6) << "+/-" << std::setw(20) << "gap closed [CI]" << std::setw(7) << "hp%" << std::setw(7) << "hpF%" << std::setw(7) << "spk"
      << std::setw(7) << "score%" << std::setw(5) << "div" << std::setw(7) << "recov%" << std::setw(5) << "max"
      << std::setw(6) << "detP" << std::setw(6) << "detR" << std::setw(7) << "cpu-s" << "\n";
   for (const auto& arm : arm_order) {
     if (!by.count(arm)) continue;
-    const Stat v = column(arm, "final_val_loss"), dl = paired(arm, "low"), db = paired(arm, best),
-               gap = column(arm, nullptr);
+    const Stat v = column(arm, "final_val_loss"), dl = paired(arm, "low"), db = paired(arm, best);
+    const Interval dl_ci = boot_mean(diffs(arm, "low")), db_ci = boot_mean(diffs(arm, best));
+    Interval gap_ci;
+    const double gap = gap_of(arm, gap_ci);
     const auto mean = [&](const char* k) { return column(arm, k).mean; };
     const auto wl = [](const Stat& s) { return s.n ? std::to_string(s.better) + "/" + std::to_string(s.worse) : "-"; };
-    os << std::left << std::setw(19) << arm << std::right << std::setw(3) << v.n << std::setw(17) << pm(v)
-       << std::setw(17) << (arm == "low" ? "-" : pm(dl)) << std::setw(6) << (arm == "low" ? "-" : wl(dl))
-       << std::setw(17) << (arm == best ? "-" : pm(db)) << std::setw(6) << (arm == best ? "-" : wl(db))
-       << std::setw(15) << pm(gap, 2) << std::fixed << std::setprecision(2) << std::setw(7)
+    os << std::left << std::setw(25) << arm << std::right << std::setw(3) << v.n << std::setw(17) << pm(v)
+       << std::setw(28) << (arm == "low" ? "-" : ci_text(dl.mean, dl_ci, 4)) << std::setw(6)
+       << (arm == "low" ? "-" : wl(dl)) << std::setw(28) << (arm == best ? "-" : ci_text(db.mean, db_ci, 4))
+       << std::setw(6) << (arm == best ? "-" : wl(db)) << std::setw(20) << ci_text(gap, gap_ci, 2) << std::noshowpos
+       << std::fixed << std::setprecision(2) << std::setw(7)
        << 100 * mean("hp_share") << std::setw(7) << 100 * mean("hp_flops_share") << std::setprecision(1)
        << std::setw(7) << mean("spikes") << std::setprecision(2) << std::setw(7) << mean("spike_score")
        << std::setw(5) << static_cast<int>(std::lround(v.n * mean("diverged"))) << std::setw(7)
@@ -160,8 +196,10 @@ inline void summarize(std::ostream& os, std::ofstream& csv, const std::string& s
        << std::setprecision(2) << std::setw(6) << cell(mean("detect_precision"), 2) << std::setw(6)
        << cell(mean("detect_recall"), 2) << std::setprecision(1) << std::setw(7) << mean("cpu_s") << "\n";
     csv << scenario << ',' << arm << ',' << v.n << ',' << cell(v.mean) << ',' << cell(v.sd) << ',' << cell(dl.mean)
-        << ',' << cell(dl.sd) << ',' << dl.better << ',' << dl.worse << ',' << best << ',' << cell(db.mean) << ','
-        << cell(db.sd) << ',' << db.better << ',' << db.worse << ',' << cell(gap.mean) << ',' << cell(gap.sd) << ','
+        << ',' << cell(dl.sd) << ',' << cell(dl_ci.lo) << ',' << cell(dl_ci.hi) << ',' << dl.better << ','
+        << dl.worse << ',' << best << ',' << cell(db.mean) << ',' << cell(db.sd) << ',' << cell(db_ci.lo) << ','
+        << cell(db_ci.hi) << ',' << db.better << ',' << db.worse << ',' << cell(gap) << ',' << cell(gap_ci.lo) << ','
+        << cell(gap_ci.hi) << ','
         << cell(mean("hp_share")) << ',' << cell(mean("hp_flops_share")) << ',' << cell(mean("spikes")) << ','
         << cell(mean("spike_score")) << ',' << cell(v.n * mean("diverged")) << ',' << cell(mean("recovered_fraction"))
         << ',' << cell(mean("detect_precision")) << ',' << cell(mean("detect_recall")) << ',' << cell(mean("cpu_s"))
@@ -170,8 +208,9 @@ inline void summarize(std::ostream& os, std::ofstream& csv, const std::string& s
 }
 
 inline const char* kSummaryHeader =
-    "scenario,arm,seeds,val_mean,val_sd,d_low_mean,d_low_sd,better_than_low,worse_than_low,best_control,"
-    "d_best_mean,d_best_sd,better_than_best,worse_than_best,gap_closed_mean,gap_closed_sd,hp_share,"
+    "scenario,arm,seeds,val_mean,val_sd,d_low_mean,d_low_sd,d_low_ci_lo,d_low_ci_hi,better_than_low,worse_than_low,"
+    "best_control,d_best_mean,d_best_sd,d_best_ci_lo,d_best_ci_hi,better_than_best,worse_than_best,gap_closed,"
+    "gap_closed_ci_lo,gap_closed_ci_hi,hp_share,"
     "hp_flops_share,spikes,spike_score,diverged_runs,recovered_fraction,detect_precision,detect_recall,cpu_s\n";
 
 }  // namespace demo

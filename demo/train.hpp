@@ -3,7 +3,7 @@
 //
 // A step: set this step's promoted operators and outlier gains; forward,
 // backward; inject gradient faults; per-unit partials; the arm's controller
-// (presets, or a layered <global>+<per-unit> pair in the legacy demo); the
+// (a preset, or a layered "outer+inner" controller of the library); the
 // recipe's global clip over what the rule lets through (recipe.hpp); AdamW;
 // then the promotion mask of the next step (promotion.hpp). On the CPU the
 // partials come from gnmr::host_unit_partials (each parameter tensor a
@@ -72,25 +72,9 @@ struct RunResult {
   bool nonfinite_loss = false;
 };
 
-// "clip+gnmr": a layered controller, a global rule (outer) with a per-unit
-// one inside it, both on the raw partials; a unit is skipped or reset if
-// either says so, and its scale is the product. Legacy demo, CPU only.
-struct Layers {
-  std::string outer, inner;
-};
-inline Layers parse_layers(const std::string& name) {
-  const auto plus = name.find('+');
-  if (plus == std::string::npos) return {"", name};
-  Layers l{name.substr(0, plus), name.substr(plus + 1)};
-  if (!gnmr::presets::is_global(l.outer) || gnmr::presets::is_global(l.inner))
-    throw std::invalid_argument("'" + name + "': a layered controller is <global preset>+<per-unit preset>, "
-                                "e.g. clip+gnmr");
-  return l;
-}
-
 inline std::unique_ptr<gnmr::DynController> make_controller(const std::string& name, std::size_t units,
                                                             const gnmr::presets::Options& o) {
-  return with_arm_controller(name, units, o, [&name](auto c) { return gnmr::make_dyn(std::move(c), name); });
+  return gnmr::presets::make(name, units, o);  // a preset or a layered "outer+inner"
 }
 
 // The mask table of a table arm ([steps + 1][ops]), given what it depends on.
@@ -142,23 +126,20 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
   AdamW opt(params, decay, {rc.beta1, rc.beta2, rc.eps, rc.wd});
 
   // --- the arm: controller(s), recipe clip, promotion source ---------------
-  const Layers lay = parse_layers(rc.arm.controller);
-  const bool global = library_has(lay.inner) && gnmr::presets::is_global(lay.inner);
+  const bool global = gnmr::presets::is_global(rc.arm.controller);
   const float clip = rc.arm.replaces_recipe_clip ? 0.0f : static_cast<float>(rc.recipe_clip);
   std::vector<std::vector<std::uint8_t>> table;
   if (rc.arm.table == Table::kRandom) table = random_table(in.episodes, n_ops, rc.steps, rc.seed);
   if (rc.arm.table == Table::kFixed) table = fixed_table(fixed_list_count(in.hp_share, n_ops), n_ops, rc.steps);
   if (rc.arm.table == Table::kAll) table = fixed_table(n_ops, n_ops, rc.steps);
   const bool on_cpu = dev.is_cpu();
-  std::unique_ptr<gnmr::DynController> ctrl, octrl;
+  std::unique_ptr<gnmr::DynController> ctrl;
   std::unique_ptr<CudaBackend> gpu;
   if (on_cpu) {
-    ctrl = make_controller(lay.inner, global ? 1 : nu, rc.arm.overrides);
-    if (!lay.outer.empty()) octrl = gnmr::presets::make(lay.outer, 1);
+    ctrl = make_controller(rc.arm.controller, global ? 1 : nu, rc.arm.overrides);
     R.controller_units = ctrl->num_units();
     R.max_in_recovery_limit = ctrl->max_in_recovery();
   } else {
-    if (!lay.outer.empty()) throw std::invalid_argument("layered controllers run on --device cpu only");
     // The gradients must stay where the plans point: create them now and
     // zero them in place every step (zero_grad(false)), never set to None.
     std::vector<CudaTensorRef> refs;
@@ -172,7 +153,7 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
                       opt.exp_avg_sq(i).data_ptr<float>(), static_cast<std::uint64_t>(p.numel()),
                       static_cast<bool>(decay[i]), um.unit_of_tensor[i]});
     }
-    CudaArm a{lay.inner, rc.arm.overrides, global, nu, clip, rc.arm.promote, rc.seed,
+    CudaArm a{rc.arm.controller, rc.arm.overrides, global, nu, clip, rc.arm.promote, rc.seed,
               std::vector<std::int32_t>(um.op_of_unit.begin(), um.op_of_unit.end()),
               static_cast<std::uint32_t>(n_ops), {}};
     for (const auto& row : table) a.table.insert(a.table.end(), row.begin(), row.end());
@@ -252,16 +233,8 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
       gnmr::host_unit_partials(segs.data(), nt, partials.data(), nu);
       const float total = global_partial(partials.data(), static_cast<std::uint32_t>(nu));
       sum = global ? &ctrl->step(&total, 1) : &ctrl->step(partials.data(), nu);
-      if (octrl) octrl->step(&total, 1);
       row.control_ms = ms(clk::now() - c0);
       expand_decisions(ctrl->decisions().data(), global, static_cast<std::uint32_t>(nu), raw.data());
-      if (octrl) {
-        const gnmr::UnitDecision o = octrl->decisions()[0];
-        for (auto& d : raw) {
-          d.flags |= o.flags & (gnmr::kSkip | gnmr::kResetMoments);
-          d.scale = (d.flags & gnmr::kSkip) ? 0.0f : d.scale * o.scale;
-        }
-      }
       row.clip_factor = recipe_clip(raw.data(), partials.data(), static_cast<std::uint32_t>(nu), clip, fin.data(),
                                     &row.total_norm);
       reps = &ctrl->reports();

@@ -46,7 +46,11 @@ step; nan/inf/-inf cells are valid) and reports what they did.
                            gnmr gnmr-ladder gnmr-promote gnmr-clip
                            gnmr-systemic. clip, zclip and skip-step are
                            global: they see one unit, the L2 norm
-                           sqrt(sum n_i^2) of each row.
+                           sqrt(sum n_i^2) of each row. OUTER+INNER
+                           (stabilizer+gnmr, clip+gnmr-promote, ...) is a
+                           layered controller: a peer's rule with a GNMR
+                           preset inside it, in one step; settings go to
+                           the GNMR preset when it takes them.
  GNMR settings (gnmr, gnmr-ladder; some also apply to other presets):
   --tau X          ratio threshold r > tau              (gnmr default 3)
   --delta X        Delta-GNMR threshold d > delta       (default 1.5)

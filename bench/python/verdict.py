@@ -94,12 +94,22 @@ def main() -> None:
     ap.add_argument("--delta", type=float, default=0.005)
     ap.add_argument("--draws", type=int, default=10000)
     ap.add_argument("--csv", default="")
+    ap.add_argument("--arms", default="", help="comma-separated arms to report, in this order (default: all)")
+    ap.add_argument("--inner-gap", default="",
+                    help="LOW,HIGH: also the share of the LOW-HIGH gap closed, mean(LOW - arm) / mean(LOW - HIGH), "
+                         "e.g. stabilizer,stabilizer-high for what a rule adds under the stabilizer")
     a = ap.parse_args()
     val, key = load(a.dir)
     rng = np.random.default_rng(20)
     out_rows = []
     for scen in sorted({s for s, _ in val}):
         arms = [arm for s, arm in val if s == scen]
+        if a.arms:
+            arms = [arm for arm in a.arms.split(",") if arm in arms] + \
+                [arm for arm in ("low", "high") if arm in arms and arm not in a.arms.split(",")]
+        ig = a.inner_gap.split(",") if a.inner_gap else []
+        if ig and not all(arm in arms for arm in ig):
+            ig = []
         seeds = sorted(set.intersection(*[set(val[(scen, arm)]) for arm in arms]))
         n = len(seeds)
         low = np.array([val[(scen, "low")][s] for s in seeds])
@@ -112,8 +122,9 @@ def main() -> None:
         print(f"\n### {scen}: {n} seeds ({seeds[0]}-{seeds[-1]}), window {a.window}\n")
         print(f"| arm | val (mean) | arm - low [95% CI] | better/worse | gap closed [95% CI] | "
               f"arm - {a.against} [95% CI] | event excess vs high | recovery share [95% CI] | sd(arm-low) | "
-              f"seeds for {a.delta} | detectable |")
-        print("|---|---:|---|---|---|---|---:|---|---:|---:|---:|")
+              f"seeds for {a.delta} | detectable |" + (f" {ig[0]} gap closed [95% CI] | sd(arm-{a.against}) |"
+                                                       if ig else ""))
+        print("|---|---:|---|---|---|---|---:|---|---:|---:|---:|" + ("---|---:|" if ig else ""))
         for arm in arms:
             x = np.array([val[(scen, arm)][s] for s in seeds])
             d = x - low
@@ -141,12 +152,23 @@ def main() -> None:
                 el = ex["low"]
                 share = float(1.0 - ex[arm].mean() / el.mean())
                 ci_share = boot_ci(lambda i: 1.0 - ex[arm][i].mean() / el[i].mean(), n, a.draws, rng)
+            inner = ""
+            ig_gap = ig_ci = None
+            if ig:
+                lo_i = np.array([val[(scen, ig[0])][s] for s in seeds])
+                hi_i = np.array([val[(scen, ig[1])][s] for s in seeds])
+                gi = lo_i - hi_i
+                if arm not in ig:
+                    ig_gap = float((lo_i - x).mean() / gi.mean())
+                    ig_ci = boot_ci(lambda i: (lo_i[i] - x[i]).mean() / gi[i].mean(), n, a.draws, rng)
+                sd_vs = float(dv.std(ddof=1)) if d_against != "" and n > 1 else float("nan")
+                inner = f" {fmt(ig_gap, ig_ci, 2) if ig_gap is not None else '–'} | {sd_vs:.4f} |"
             print(f"| {arm} | {x.mean():.4f} | {fmt(md, ci_d) if arm != 'low' else '–'} | "
                   f"{int((d < 0).sum())}/{int((d > 0).sum())} | "
                   f"{fmt(gap, ci_gap, 2) if gap is not None and arm != 'high' else ('1' if arm == 'high' else '–')} | "
                   f"{vs or '–'} | {ex[arm].mean():+.3f} | "
                   f"{fmt(share, ci_share, 2) if share is not None and arm not in ('low', 'high') else '–'} | "
-                  f"{sd:.4f} | {need} | {detect:.4f} |")
+                  f"{sd:.4f} | {need} | {detect:.4f} |" + inner)
             out_rows.append(dict(scenario=scen, arm=arm, seeds=n, val_mean=x.mean(), d_low=md,
                                  d_low_lo=ci_d[0], d_low_hi=ci_d[1],
                                  gap_closed=gap if gap is not None else "",
@@ -156,7 +178,9 @@ def main() -> None:
                                  event_excess=float(ex[arm].mean()) if ex else "",
                                  recovery_share=share if share is not None else "",
                                  share_lo=ci_share[0] if ci_share else "", share_hi=ci_share[1] if ci_share else "",
-                                 sd_d_low=sd, seeds_for_delta=need, detectable=detect))
+                                 sd_d_low=sd, seeds_for_delta=need, detectable=detect,
+                                 inner_gap=ig_gap if ig_gap is not None else "",
+                                 inner_gap_lo=ig_ci[0] if ig_ci else "", inner_gap_hi=ig_ci[1] if ig_ci else ""))
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(out_rows[0]))

@@ -4,6 +4,7 @@
 // on every step. Then the state blob crosses backends: saved on the device
 // half-way, loaded into a fresh host controller, both go on and must stay
 // identical; a blob of another preset is refused and changes nothing.
+// Layered "outer+inner" controllers go through the same checks.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -75,6 +76,12 @@ void run_preset(const std::string& name) {
 void test_presets_on_device() {
   std::printf("[presets: make_device vs presets::make]\n");
   for (const std::string& name : gnmr::presets::names()) run_preset(name);
+  // Layered controllers (gnmr/cuda/layered.cuh): per-unit and global outer
+  // rules (257 units: the global norm's tree has two blocks), the state
+  // container crossing backends as above.
+  for (const std::string& name : {"stabilizer+gnmr", "stabilizer+gnmr-promote", "adagc+gnmr-clip", "clip+gnmr",
+                                  "skip-step+gnmr", "zclip+gnmr-promote"})
+    run_preset(name);
 
   // A blob of another preset is refused, and the device state is unchanged.
   auto a = gnmr::cuda::make_device("gnmr", 16);

@@ -57,9 +57,8 @@ def build(arm):
 
 
 def worker(rank, world, port, steps, reps, out):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=port, rank=rank, world_size=world)
     try:
         arms = {a: build(a) for a in ("torch", "ctl+torch", "gnmr")}
         g = torch.Generator().manual_seed(rank)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
+import tempfile
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -32,16 +32,17 @@ OVERRIDES = dict(tau=2.5, warmup=5)
 LR = 3e-3
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port() -> str:
+    """A fresh rendezvous for one mp.spawn: a file:// store in a new
+    temporary folder. Not a TCP port: a port found free here could be taken
+    (CTest runs MPI jobs beside pytest) before rank 0's store binds it;
+    gloo's own connections bind port 0. Passed to init() as `port`."""
+    return "file://" + os.path.join(tempfile.mkdtemp(prefix="gnmr-rdv-"), "store")
 
 
-def init(rank: int, world: int, port: int) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def init(rank: int, world: int, port: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=port, rank=rank, world_size=world)
 
 
 def build(layout: str, world: int):

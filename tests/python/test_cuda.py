@@ -223,9 +223,8 @@ def _fsdp_cuda_rank(rank, port, out):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.cuda.set_device(0)
-    dist.init_process_group("nccl", rank=0, world_size=1)
+    dist.init_process_group("nccl", init_method=port, rank=0, world_size=1)
     try:
         recs = []
         for sharded in (False, True):

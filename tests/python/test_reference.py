@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import gnmr
-from conftest import (FAULTS, comparable, make_model, reference, replay_events, train)
+from conftest import (FAULTS, comparable, f32_bits, make_model, reference, replay_events, train)
 
 CASES = [
     ("gnmr", {}),
@@ -31,6 +31,10 @@ CASES = [
     ("stabilizer", {}),
     ("clip", {"max_norm": 0.5}),
     ("none", {}),
+    # Layered controllers: a peer's rule with GNMR inside it, one step.
+    ("stabilizer+gnmr", {}),
+    ("clip+gnmr-promote", {"max_norm": 0.5, "max_o": 2}),
+    ("spam+gnmr", {"tau": 2.0, "restart_every": 50}),
 ]
 
 
@@ -59,6 +63,11 @@ def test_decisions_equal_the_cpp_controller(tmp_path, reference_exe, replay_exe,
     if preset == "gnmr-systemic" or "systemic_action" in overrides:
         # The trace must contain systemic steps, or the case checks nothing new.
         assert sum(1 for s, _, _ in got if s["systemic"]) > 0
+    if "+" in preset:
+        # The run exercised the layering: GNMR granted slots, units were scaled
+        # (the combination rule itself: tests/unit/test_layered.cpp).
+        assert sum(s["granted"] for s, _, _ in got) > 0
+        assert any(b != f32_bits(1.0) for _, scales, _ in got for b in scales)
     if preset == "gnmr" and not overrides:
         assert sum(s["granted"] for s, _, _ in got) > 0
         # The comparison sees a difference where there is one: the same

@@ -6,10 +6,11 @@
 //   ctl->step(d_partials, stream);     // L2 partials, one per unit, on the device
 //   adamw_step(..., ctl->decisions(), stream, nullptr, ctl->summary());
 //
-// A step enqueues, on the caller's stream: for a global outer, one
-// single-block kernel summing the finite partials in detail::tree_sum's
-// order (the host's tree, level by level); the outer controller's step; the
-// inner's step; one combine kernel that writes the layered decisions,
+// A step enqueues, on the caller's stream: the inner controller's step; for
+// a global outer, one single-block kernel that sums the squares of the
+// inner's finite norms in detail::total_sq_tree's order (the host's tree,
+// level by level) into the global norm, then the outer's step on it; for a
+// per-unit outer, its step on the same input; one combine kernel that writes the layered decisions,
 // reports and summary with gnmr/step/layered.hpp's functors. No allocation
 // (every buffer is made at construction), no host synchronisation, no
 // device-to-host copy: the sequence can be captured in a CUDA graph.
@@ -43,37 +44,36 @@ namespace gnmr {
 namespace cuda {
 namespace detail {
 
-// detail::tree_sum over the finite partials (kSqrt false: the sum, for
-// step()) or over the finite norms' squares (kSqrt true: its square root,
-// for step_norms()), by one block of kTreeThreads threads; the fp32 result
-// in *out. blocks: ceil(n / 256) doubles of scratch.
-template <bool kNorms>
-__global__ void __launch_bounds__(kTreeThreads) layered_total(const float* in, std::uint32_t n, double* blocks,
-                                                               float* out) {
+// The global outer rule's norm (layer_global_norm) from the inner's
+// reports: detail::total_sq_tree over their norms, by one block of
+// kTreeThreads threads, into *out. blocks: ceil(n / 256) doubles of scratch.
+// (Templates, like every kernel in these headers: a header's kernel must not
+// be defined once per translation unit.)
+template <class Report = UnitReport>
+__global__ void __launch_bounds__(kTreeThreads) layered_global_norm(const Report* rep, std::uint32_t n,
+                                                                     double* blocks, float* out) {
   __shared__ double x[kTreeThreads];
   std::uint32_t m = 0;
   for (std::uint32_t b = 0; b < n; b += kTreeThreads, ++m) {
     const std::uint32_t i = b + threadIdx.x;
-    x[threadIdx.x] = i < n ? (kNorms ? gnmr::detail::total_square(in[i]) : layer_global_leaf(in[i])) : 0.0;
+    x[threadIdx.x] = i < n ? gnmr::detail::total_square(rep[i].norm) : 0.0;
     __syncthreads();
     block_tree_256(x);
     if (threadIdx.x == 0) blocks[m] = x[0];
     __syncthreads();
   }
   const double total = n ? block_sums_tree(blocks, m, x) : 0.0;
-  if (threadIdx.x == 0) {
-    const float t = static_cast<float>(total);
-    *out = kNorms ? math::sqrt(t) : t;
-  }
+  if (threadIdx.x == 0) *out = layer_global_norm(total);
 }
 
 // The layered decisions, reports and summary from the two controllers'.
+template <bool kGlobal>
 __global__ void layered_combine(const UnitDecision* od, const UnitDecision* id, const UnitReport* ir,
-                                const StepSummary* os, const StepSummary* is, std::uint32_t n, bool global,
-                                ScaleCombine c, UnitDecision* dec, UnitReport* rep, StepSummary* sum) {
+                                const StepSummary* os, const StepSummary* is, std::uint32_t n, ScaleCombine c,
+                                UnitDecision* dec, UnitReport* rep, StepSummary* sum) {
   const std::uint32_t u = blockIdx.x * blockDim.x + threadIdx.x;
   if (u < n) {
-    const UnitDecision d = layer_decision(od[global ? 0u : u], id[u], c);
+    const UnitDecision d = layer_decision(od[kGlobal ? 0u : u], id[u], c);
     dec[u] = d;
     UnitReport r = ir[u];
     r.scale = d.scale;
@@ -177,21 +177,21 @@ class LayeredDeviceController final : public DynDeviceController {
     if (d_in == nullptr) throw std::invalid_argument("gnmr: LayeredDeviceController::step: null input");
     const auto n = static_cast<std::uint32_t>(n_);
     cudaError_t e;
+    if ((e = kNorms ? inner_->step_norms(d_in, s) : inner_->step(d_in, s)) != cudaSuccess) return e;
     if (global_) {
-      detail::layered_total<kNorms><<<1, detail::kTreeThreads, 0, s>>>(d_in, n, blocks_.as<double>(),
-                                                                        total_.as<float>());
+      detail::layered_global_norm<UnitReport><<<1, detail::kTreeThreads, 0, s>>>(
+          inner_->reports(), n, blocks_.as<double>(), total_.as<float>());
       if ((e = cudaGetLastError()) != cudaSuccess) return e;
-      e = kNorms ? outer_->step_norms(total_.as<float>(), s) : outer_->step(total_.as<float>(), s);
+      e = outer_->step_norms(total_.as<float>(), s);
     } else {
       e = kNorms ? outer_->step_norms(d_in, s) : outer_->step(d_in, s);
     }
     if (e != cudaSuccess) return e;
-    if ((e = kNorms ? inner_->step_norms(d_in, s) : inner_->step(d_in, s)) != cudaSuccess) return e;
     const std::uint32_t threads = 256, blocks = n ? (n + threads - 1) / threads : 1;
-    detail::layered_combine<<<blocks, threads, 0, s>>>(outer_->decisions(), inner_->decisions(), inner_->reports(),
-                                                       outer_->summary(), inner_->summary(), n, global_, combine_,
-                                                       dec_.as<UnitDecision>(), rep_.as<UnitReport>(),
-                                                       sum_.as<StepSummary>());
+    const auto combine = global_ ? detail::layered_combine<true> : detail::layered_combine<false>;
+    combine<<<blocks, threads, 0, s>>>(outer_->decisions(), inner_->decisions(), inner_->reports(), outer_->summary(),
+                                       inner_->summary(), n, combine_, dec_.as<UnitDecision>(), rep_.as<UnitReport>(),
+                                       sum_.as<StepSummary>());
     return cudaGetLastError();
   }
 

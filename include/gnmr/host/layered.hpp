@@ -12,15 +12,16 @@
 // skip/reset/non-finite flags join the inner's, promotion comes from the
 // inner alone) is gnmr/step/layered.hpp's, the same functors the CUDA twin
 // (gnmr::cuda::LayeredDeviceController) runs. A one-unit outer is global:
-// it is fed the sum of the finite units' partials and its decision applies
-// to every unit. The inner is normally a GNMR preset (presets::make checks
+// it is fed the global norm of the inner's finite per-unit norms and its
+// decision applies to every unit. The inner is normally a GNMR preset (presets::make checks
 // that for names); here any two DynControllers compose.
 //
 // Allocation: buffers are sized at construction; step() allocates nothing.
 // Determinism: the outer's and the inner's own guarantees, plus a
-// fixed-order sum for a global outer (detail::tree_sum) and integer flag
-// arithmetic; the same partials give the same decisions on every run and
-// on the device.
+// fixed-order sum for a global outer (detail::total_sq_tree) and integer
+// flag arithmetic; the same partials give the same decisions on every run
+// and on the device, and step() and step_norms() on the same norms decide
+// alike.
 // State: save() nests the two controllers' versioned blobs in a small
 // container ("GNML", version 1); load() is all or nothing.
 #pragma once
@@ -109,6 +110,7 @@ class LayeredController final : public DynController {
     dec_.resize(n);
     rep_.resize(n);
     scratch_.resize(detail::total_scratch_size(n) + 1);
+    norms_.resize(n);
   }
 
   using DynController::load;
@@ -118,25 +120,20 @@ class LayeredController final : public DynController {
 
   const StepSummary& step(const float* partials, std::size_t n) override {
     check_n(n, "step");
-    if (global_) {
-      const float total = static_cast<float>(
-          detail::tree_sum(n, [partials](std::size_t i) { return layer_global_leaf(partials[i]); }, scratch_.data()));
-      outer_->step(&total, 1);
-    } else {
-      outer_->step(partials, n);
-    }
     inner_->step(partials, n);
+    if (global_)
+      step_global_outer();
+    else
+      outer_->step(partials, n);
     return combine();
   }
   const StepSummary& step_norms(const float* norms, std::size_t n) override {
     check_n(n, "step_norms");
-    if (global_) {
-      const float total = math::sqrt(static_cast<float>(detail::total_sq_tree(norms, n, scratch_.data())));
-      outer_->step_norms(&total, 1);
-    } else {
-      outer_->step_norms(norms, n);
-    }
     inner_->step_norms(norms, n);
+    if (global_)
+      step_global_outer();
+    else
+      outer_->step_norms(norms, n);
     return combine();
   }
 
@@ -192,6 +189,15 @@ class LayeredController final : public DynController {
       throw std::invalid_argument(std::string("gnmr: LayeredController::") + what + ": got " + std::to_string(n) +
                                   " units, the controller has " + std::to_string(inner_->num_units()));
   }
+  // The global outer rule's one norm: G = sqrt(fp32(sum of the finite n_i^2))
+  // over the inner's finished norms, in total_sq_tree's order; the same from
+  // partials and from norms, so a replay of a norm trace decides like the run.
+  void step_global_outer() {
+    const auto& r = inner_->reports();
+    for (std::size_t u = 0; u < norms_.size(); ++u) norms_[u] = r[u].norm;
+    const float g = layer_global_norm(detail::total_sq_tree(norms_.data(), norms_.size(), scratch_.data()));
+    outer_->step_norms(&g, 1);
+  }
   const StepSummary& combine() {
     const auto& od = outer_->decisions();
     const auto& id = inner_->decisions();
@@ -213,6 +219,7 @@ class LayeredController final : public DynController {
   std::vector<UnitDecision> dec_;
   std::vector<UnitReport> rep_;
   std::vector<double> scratch_;
+  std::vector<float> norms_;
   StepSummary sum_{};
 };
 

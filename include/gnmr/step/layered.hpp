@@ -22,9 +22,12 @@
 //             skipping the step.
 //
 // A global outer rule (clip, zclip, skip-step: presets::is_global) is one
-// unit fed the sum of the finite units' L2 partials, in tree_sum's fixed
-// order (a non-finite unit is skipped by the inner rule, not allowed to
-// take the whole step with it); its one decision applies to every unit.
+// unit fed the global norm G = sqrt(fp32(sum of the finite n_i^2)) of the
+// inner's finished per-unit norms, in detail::total_sq_tree's fixed order
+// (the systemic rule's total): a non-finite unit is skipped by the inner
+// rule, not allowed to take the whole step with it, and the same norms give
+// the same G whether the step came from partials or from a norm trace. Its
+// one decision applies to every unit.
 //
 // Determinism: integer flag arithmetic and one fp32 multiply (or compare)
 // per unit; the global input is a fixed-shape tree of doubles rounded once.
@@ -65,10 +68,8 @@ GNMR_HOST_DEVICE StepSummary layer_summary(const StepSummary& outer, const StepS
   return s;
 }
 
-// A unit's leaf in the global outer rule's input: its L2 partial (sum of
-// squares) when finite, else 0.
-GNMR_HOST_DEVICE double layer_global_leaf(float partial) {
-  return is_finite(partial) ? static_cast<double>(partial) : 0.0;
-}
+// The global outer rule's norm from the fixed-order sum of the finite
+// norms' squares (detail::total_sq_tree; the device's tree is the same).
+GNMR_HOST_DEVICE float layer_global_norm(double total_sq) { return math::sqrt(static_cast<float>(total_sq)); }
 
 }  // namespace gnmr

@@ -228,9 +228,10 @@ inline double tree_256(double* x) {
 
 // The tree over n leaves leaf(i) (doubles), in the order above: each
 // 256-block by tree_256, then the block sums level after level. scratch
-// must hold ceil(n / 256) doubles (no allocation here). Shared by the
-// systemic total (total_sq_tree) and the layered controller's global input
-// (gnmr/step/layered.hpp); the CUDA twin is cuda::detail::block_sums_tree.
+// must hold ceil(n / 256) doubles (no allocation here). total_sq_tree below
+// (the systemic total, the layered controller's global norm) is this tree
+// over the squares; the CUDA twin is cuda::detail::block_tree_256 +
+// block_sums_tree.
 template <class Leaf>
 double tree_sum(std::size_t n, Leaf leaf, double* scratch) {
   double blk[kTotalBlock];

@@ -5,7 +5,10 @@
 # under the recipe alone (low), in full precision (high), with GNMR promoting
 # the operators it flags (gnmr-promote) or only clipping them (gnmr-clip, and
 # the default preset gnmr), and with the same promotions at random operators
-# (random-at-triggers) or on a fixed list of the last layers (fixed-list);
+# (random-at-triggers) or on a fixed list of the last layers (fixed-list),
+# Stable-SPAM's normalisation (stabilizer) and GNMR's promotion inside it
+# (stabilizer+gnmr-promote, the library's layered controller) against the
+# same share of random promotions inside it (stabilizer+random);
 # development seeds 1-3, every run in its own process, two at a time on two
 # cores. Prints the table; writes build/gnmr-demo-out/ (results.csv,
 # summary.csv, operator-outliers.png and the run cache).
@@ -33,5 +36,5 @@ if [ $# -gt 0 ]; then
   exec ./demo/gnmr-demo "$@"
 fi
 exec ./demo/gnmr-demo --scenario operator-outliers \
-  --arms low,high,gnmr,gnmr-promote,gnmr-clip,random-at-triggers,fixed-list,stabilizer \
+  --arms low,high,gnmr,gnmr-promote,gnmr-clip,random-at-triggers,fixed-list,stabilizer,stabilizer+gnmr-promote,stabilizer+random \
   --seeds 1-3 --jobs "$(nproc)" --out gnmr-demo-out

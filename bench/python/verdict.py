@@ -79,6 +79,8 @@ def boot_ci(fn, n: int, draws: int, rng: np.random.Generator) -> Tuple[float, fl
     idx = rng.integers(0, n, size=(draws, n))
     vals = np.array([fn(i) for i in idx])
     vals = vals[np.isfinite(vals)]
+    if vals.size == 0:  # e.g. a scenario without injected events: no excess to share
+        return float("nan"), float("nan")
     return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
 
 
@@ -148,7 +150,7 @@ def main() -> None:
                     ci_vs = boot_ci(lambda i: dv[i].mean(), n, a.draws, rng)
                     vs = fmt(d_against, ci_vs)
             share = ci_share = None
-            if ex and arm in ex and "low" in ex:
+            if ex and arm in ex and "low" in ex and ex["low"].mean() != 0:
                 el = ex["low"]
                 share = float(1.0 - ex[arm].mean() / el.mean())
                 ci_share = boot_ci(lambda i: 1.0 - ex[arm][i].mean() / el[i].mean(), n, a.draws, rng)

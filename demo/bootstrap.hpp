@@ -21,6 +21,11 @@ struct Interval {
 };
 
 constexpr int kBootDraws = 10000;
+// Below this many seeds no interval is given: a percentile bootstrap over
+// a handful of values is far narrower than the truth (three seeds resample
+// to at most ten distinct means), and a narrow interval on three seeds
+// would claim what they cannot show.
+constexpr std::size_t kBootMinSeeds = 10;
 constexpr std::uint64_t kBootSeed = 20;  // issue 20
 
 // Interval of f(resampled indices) over kBootDraws draws of n indices; f
@@ -28,7 +33,7 @@ constexpr std::uint64_t kBootSeed = 20;  // issue 20
 template <class F>
 Interval boot(std::size_t n, F f) {
   Interval r;
-  if (n < 2) return r;
+  if (n < kBootMinSeeds) return r;
   std::mt19937_64 rng(kBootSeed);
   std::uniform_int_distribution<std::size_t> pick(0, n - 1);
   std::vector<std::size_t> idx(n);

@@ -190,7 +190,7 @@ int suite(std::vector<std::string> scenarios, std::vector<std::string> arms, con
   for (const auto& r : rows) cpu += demo::field(r.r, "cpu_s");
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::cout << "\n(val: final validation loss, mean+-std over seeds; d(x): paired difference to arm x, "
-               "mean [95% bootstrap interval], then seeds better/worse; gap closed: mean(L_low-L) / "
+               "mean [95% bootstrap interval, from 10 seeds up], then seeds better/worse; gap closed: mean(L_low-L) / "
                "mean(L_low-L_high) [interval]; hp%/hpF%: "
                "high-precision operator-steps / GEMM FLOPs; spk: loss spikes; score%: spike score; "
                "recov%: unit-steps in recovery; detP/detR: detection precision / recall)\n"

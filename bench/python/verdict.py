@@ -75,7 +75,12 @@ def excess(dirname: str, k_arm: str, k_high: str, window: int) -> float:
     return tot
 
 
+MIN_SEEDS = 10  # no interval below this (demo/bootstrap.hpp's kBootMinSeeds, same reason)
+
+
 def boot_ci(fn, n: int, draws: int, rng: np.random.Generator) -> Tuple[float, float]:
+    if n < MIN_SEEDS:
+        return float("nan"), float("nan")
     idx = rng.integers(0, n, size=(draws, n))
     vals = np.array([fn(i) for i in idx])
     vals = vals[np.isfinite(vals)]

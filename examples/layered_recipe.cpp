@@ -13,8 +13,8 @@
 // steps, checks the combination rule on every step, and shows that a
 // checkpoint of the layered controller resumes with the same decisions.
 // On the spike both rules clip, and the default product of scales clips
-// twice (about 0.02 x 0.03): that is what the promotion-only preset keeps
-// rare (GNMR clips only the units it grants), and what
+// twice (about 0.02 x 0.03): gnmr-promote keeps that to the units it
+// grants (no systemic or denied-unit clip, unlike gnmr), and
 // gnmr::LayeredController(outer, inner, gnmr::ScaleCombine::kMin) avoids.
 #include <cmath>
 #include <cstdio>

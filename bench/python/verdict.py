@@ -120,6 +120,9 @@ def main() -> None:
         seeds = sorted(set.intersection(*[set(val[(scen, arm)]) for arm in arms]))
         n = len(seeds)
         low = np.array([val[(scen, "low")][s] for s in seeds])
+        if ig:  # the inner gap's two arms, once per scenario
+            lo_i = np.array([val[(scen, ig[0])][s] for s in seeds])
+            gi = lo_i - np.array([val[(scen, ig[1])][s] for s in seeds])
         high = np.array([val[(scen, "high")][s] for s in seeds]) if "high" in arms else None
         ex = {}
         if high is not None:
@@ -162,9 +165,6 @@ def main() -> None:
             inner = ""
             ig_gap = ig_ci = None
             if ig:
-                lo_i = np.array([val[(scen, ig[0])][s] for s in seeds])
-                hi_i = np.array([val[(scen, ig[1])][s] for s in seeds])
-                gi = lo_i - hi_i
                 if arm not in ig:
                     ig_gap = float((lo_i - x).mean() / gi.mean())
                     ig_ci = boot_ci(lambda i: (lo_i[i] - x[i]).mean() / gi[i].mean(), n, a.draws, rng)

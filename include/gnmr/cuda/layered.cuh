@@ -92,19 +92,13 @@ class LayeredDeviceController final : public DynDeviceController {
   // or mismatched unit counts, gnmr::cuda::Error when an allocation fails.
   LayeredDeviceController(std::unique_ptr<DynDeviceController> outer, std::unique_ptr<DynDeviceController> inner,
                           ScaleCombine combine = ScaleCombine::kProduct, std::string name = {})
-      : outer_(std::move(outer)), inner_(std::move(inner)), combine_(combine), name_(std::move(name)) {
-    if (!outer_ || !inner_)
-      throw std::invalid_argument("gnmr: LayeredDeviceController: outer and inner must be controllers");
+      : outer_(std::move(outer)),
+        inner_(std::move(inner)),
+        combine_(combine),
+        name_(std::move(name)),
+        global_(gnmr::detail::layered_setup(outer_.get(), inner_.get(), combine_, name_, "LayeredDeviceController")) {
     n_ = inner_->num_units();
-    if (outer_->num_units() != 1 && outer_->num_units() != n_)
-      throw std::invalid_argument("gnmr: LayeredDeviceController: the outer rule has " +
-                                  std::to_string(outer_->num_units()) +
-                                  " units; it must have 1 (global) or the inner's " + std::to_string(n_));
     if (n_ > 0xffffffffu) throw std::invalid_argument("gnmr: LayeredDeviceController: too many units");
-    if (static_cast<std::uint32_t>(combine_) > 1u)
-      throw std::invalid_argument("gnmr: LayeredDeviceController: combine must be product or min");
-    if (name_.empty()) name_ = outer_->name() + "+" + inner_->name();
-    global_ = outer_->num_units() == 1 && n_ != 1;
     dec_ = DeviceBuffer(n_ * sizeof(UnitDecision), "LayeredDeviceController: cudaMalloc");
     rep_ = DeviceBuffer(n_ * sizeof(UnitReport), "LayeredDeviceController: cudaMalloc");
     sum_ = DeviceBuffer(sizeof(StepSummary), "LayeredDeviceController: cudaMalloc");
@@ -135,14 +129,7 @@ class LayeredDeviceController final : public DynDeviceController {
   std::uint32_t max_in_recovery() const override { return inner_->max_in_recovery(); }
   void set_unit_numel(const std::uint64_t* numel, std::size_t n) override {
     if (n != n_) throw std::invalid_argument("gnmr: LayeredDeviceController::set_unit_numel: wrong unit count");
-    inner_->set_unit_numel(numel, n);
-    if (!global_) {
-      outer_->set_unit_numel(numel, n);
-    } else {
-      std::uint64_t total = 0;
-      for (std::size_t i = 0; i < n; ++i) total += numel[i];
-      outer_->set_unit_numel(&total, 1);
-    }
+    gnmr::detail::layered_set_unit_numel(*outer_, *inner_, global_, numel, n);
   }
   void reset() override {
     outer_->reset();
@@ -154,15 +141,7 @@ class LayeredDeviceController final : public DynDeviceController {
     return gnmr::detail::nest_blobs(outer_->save(), inner_->save());
   }
   void load(const void* data, std::size_t size, const StateLoadOptions& opt) override {
-    const gnmr::detail::NestedBlobs b = gnmr::detail::split_blobs(data, size);
-    const std::vector<std::uint8_t> before = outer_->save();
-    outer_->load(b.outer, b.outer_size, opt);
-    try {
-      inner_->load(b.inner, b.inner_size, opt);
-    } catch (...) {
-      outer_->load(before.data(), before.size(), opt);
-      throw;
-    }
+    gnmr::detail::layered_load(*outer_, *inner_, data, size, opt);
   }
 
   const DynDeviceController& outer() const { return *outer_; }
@@ -199,7 +178,7 @@ class LayeredDeviceController final : public DynDeviceController {
   ScaleCombine combine_;
   std::string name_;
   std::size_t n_ = 0;
-  bool global_ = false;
+  bool global_;  // set from the pair in the constructor's initialiser
   DeviceBuffer dec_, rep_, sum_, total_, blocks_;
 };
 

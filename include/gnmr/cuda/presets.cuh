@@ -104,11 +104,10 @@ std::unique_ptr<DynDeviceController> make_device_dyn(const GnmrController<N, M, 
 inline std::unique_ptr<DynDeviceController> make_device(const std::string& name, std::size_t num_units,
                                                         const presets::Options& o = {}) {
   if (presets::is_layered(name)) {
-    const presets::LayeredName l = presets::split_layered(name);
-    const auto opts = presets::layered_options(l, o);
-    auto outer = make_device(l.outer, presets::is_global(l.outer) ? 1 : num_units, opts.first);
-    return std::unique_ptr<DynDeviceController>(new LayeredDeviceController(
-        std::move(outer), make_device(l.inner, num_units, opts.second), ScaleCombine::kProduct, name));
+    const presets::LayeredPlan l = presets::plan_layered(name, num_units, o);
+    return std::unique_ptr<DynDeviceController>(
+        new LayeredDeviceController(make_device(l.names.outer, l.outer_units, l.outer),
+                                    make_device(l.names.inner, num_units, l.inner), ScaleCombine::kProduct, name));
   }
   return presets::with_preset(name, num_units, o, [&name](auto c) { return make_device_dyn(c, name); });
 }

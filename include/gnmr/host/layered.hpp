@@ -88,6 +88,52 @@ inline NestedBlobs split_blobs(const void* data, std::size_t size) {
   if (nb != size - 24 - na) throw StateError("gnmr: layered state: inner part's size does not match the blob");
   return {p + 16, static_cast<std::size_t>(na), p + 24 + na, static_cast<std::size_t>(nb)};
 }
+
+// What the host and device layered controllers share, over either kind of
+// controller (DynController, cuda::DynDeviceController).
+
+// Checks a pair at construction and fills in the default name; returns
+// whether the outer rule is global (one unit over several). `who` names the
+// class in the messages.
+template <class C>
+bool layered_setup(const C* outer, const C* inner, ScaleCombine combine, std::string& name, const char* who) {
+  if (!outer || !inner) throw std::invalid_argument(std::string("gnmr: ") + who + ": outer and inner must be controllers");
+  const std::size_t n = inner->num_units();
+  if (outer->num_units() != 1 && outer->num_units() != n)
+    throw std::invalid_argument(std::string("gnmr: ") + who + ": the outer rule has " +
+                                std::to_string(outer->num_units()) +
+                                " units; it must have 1 (global) or the inner's " + std::to_string(n));
+  if (static_cast<std::uint32_t>(combine) > 1u)
+    throw std::invalid_argument(std::string("gnmr: ") + who + ": combine must be product or min");
+  if (name.empty()) name = outer->name() + "+" + inner->name();
+  return outer->num_units() == 1 && n != 1;
+}
+
+// Unit sizes: the inner's per unit; a global outer gets their total.
+template <class C>
+void layered_set_unit_numel(C& outer, C& inner, bool global, const std::uint64_t* numel, std::size_t n) {
+  inner.set_unit_numel(numel, n);
+  if (!global) return outer.set_unit_numel(numel, n);
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < n; ++i) total += numel[i];
+  outer.set_unit_numel(&total, 1);
+}
+
+// All or nothing: the container is checked, then the outer loads (a bad
+// blob changes nothing), then the inner; if the inner's is rejected the
+// outer is put back as it was before the error is rethrown.
+template <class C>
+void layered_load(C& outer, C& inner, const void* data, std::size_t size, const StateLoadOptions& opt) {
+  const NestedBlobs b = split_blobs(data, size);
+  const std::vector<std::uint8_t> before = outer.save();
+  outer.load(b.outer, b.outer_size, opt);
+  try {
+    inner.load(b.inner, b.inner_size, opt);
+  } catch (...) {
+    outer.load(before.data(), before.size(), opt);
+    throw;
+  }
+}
 }  // namespace detail
 
 class LayeredController final : public DynController {
@@ -96,21 +142,15 @@ class LayeredController final : public DynController {
   // std::invalid_argument for a null controller or mismatched unit counts.
   LayeredController(std::unique_ptr<DynController> outer, std::unique_ptr<DynController> inner,
                     ScaleCombine combine = ScaleCombine::kProduct, std::string name = {})
-      : outer_(std::move(outer)), inner_(std::move(inner)), combine_(combine), name_(std::move(name)) {
-    if (!outer_ || !inner_) throw std::invalid_argument("gnmr: LayeredController: outer and inner must be controllers");
+      : outer_(std::move(outer)),
+        inner_(std::move(inner)),
+        combine_(combine),
+        name_(std::move(name)),
+        global_(detail::layered_setup(outer_.get(), inner_.get(), combine_, name_, "LayeredController")) {
     const std::size_t n = inner_->num_units();
-    if (outer_->num_units() != 1 && outer_->num_units() != n)
-      throw std::invalid_argument("gnmr: LayeredController: the outer rule has " +
-                                  std::to_string(outer_->num_units()) +
-                                  " units; it must have 1 (global) or the inner's " + std::to_string(n));
-    if (static_cast<std::uint32_t>(combine_) > 1u)
-      throw std::invalid_argument("gnmr: LayeredController: combine must be product or min");
-    if (name_.empty()) name_ = outer_->name() + "+" + inner_->name();
-    global_ = outer_->num_units() == 1 && n != 1;
     dec_.resize(n);
     rep_.resize(n);
     scratch_.resize(detail::total_scratch_size(n) + 1);
-    norms_.resize(n);
   }
 
   using DynController::load;
@@ -118,24 +158,8 @@ class LayeredController final : public DynController {
   using DynController::step;
   using DynController::step_norms;
 
-  const StepSummary& step(const float* partials, std::size_t n) override {
-    check_n(n, "step");
-    inner_->step(partials, n);
-    if (global_)
-      step_global_outer();
-    else
-      outer_->step(partials, n);
-    return combine();
-  }
-  const StepSummary& step_norms(const float* norms, std::size_t n) override {
-    check_n(n, "step_norms");
-    inner_->step_norms(norms, n);
-    if (global_)
-      step_global_outer();
-    else
-      outer_->step_norms(norms, n);
-    return combine();
-  }
+  const StepSummary& step(const float* partials, std::size_t n) override { return run<false>(partials, n); }
+  const StepSummary& step_norms(const float* norms, std::size_t n) override { return run<true>(norms, n); }
 
   const std::vector<UnitDecision>& decisions() const override { return dec_; }
   const std::vector<UnitReport>& reports() const override { return rep_; }
@@ -149,30 +173,13 @@ class LayeredController final : public DynController {
   bool outer_is_global() const { return global_; }
 
   std::vector<std::uint8_t> save() const override { return detail::nest_blobs(outer_->save(), inner_->save()); }
-  // All or nothing: the container is checked, then the outer loads (a bad
-  // blob changes nothing), then the inner; if the inner's is rejected the
-  // outer is put back as it was before the error is rethrown.
+  // All or nothing (detail::layered_load).
   void load(const void* data, std::size_t size, const StateLoadOptions& opt) override {
-    const detail::NestedBlobs b = detail::split_blobs(data, size);
-    const std::vector<std::uint8_t> before = outer_->save();
-    outer_->load(b.outer, b.outer_size, opt);
-    try {
-      inner_->load(b.inner, b.inner_size, opt);
-    } catch (...) {
-      outer_->load(before.data(), before.size(), opt);
-      throw;
-    }
+    detail::layered_load(*outer_, *inner_, data, size, opt);
   }
   void set_unit_numel(const std::uint64_t* numel, std::size_t n) override {
     check_n(n, "set_unit_numel");
-    inner_->set_unit_numel(numel, n);
-    if (!global_) {
-      outer_->set_unit_numel(numel, n);
-    } else {
-      std::uint64_t total = 0;
-      for (std::size_t i = 0; i < n; ++i) total += numel[i];
-      outer_->set_unit_numel(&total, 1);
-    }
+    detail::layered_set_unit_numel(*outer_, *inner_, global_, numel, n);
   }
   void reset() override {
     outer_->reset();
@@ -189,14 +196,23 @@ class LayeredController final : public DynController {
       throw std::invalid_argument(std::string("gnmr: LayeredController::") + what + ": got " + std::to_string(n) +
                                   " units, the controller has " + std::to_string(inner_->num_units()));
   }
-  // The global outer rule's one norm: G = sqrt(fp32(sum of the finite n_i^2))
-  // over the inner's finished norms, in total_sq_tree's order; the same from
+  // The inner first; then the outer on the same input, or, when global, on
+  // G = sqrt(fp32(sum of the finite n_i^2)) over the inner's finished norms
+  // in total_sq_tree's order (read from its reports, no copy): the same from
   // partials and from norms, so a replay of a norm trace decides like the run.
-  void step_global_outer() {
-    const auto& r = inner_->reports();
-    for (std::size_t u = 0; u < norms_.size(); ++u) norms_[u] = r[u].norm;
-    const float g = layer_global_norm(detail::total_sq_tree(norms_.data(), norms_.size(), scratch_.data()));
-    outer_->step_norms(&g, 1);
+  template <bool kNorms>
+  const StepSummary& run(const float* in, std::size_t n) {
+    check_n(n, kNorms ? "step_norms" : "step");
+    kNorms ? inner_->step_norms(in, n) : inner_->step(in, n);
+    if (global_) {
+      const auto& r = inner_->reports();
+      const float g = layer_global_norm(detail::tree_sum(
+          n, [&r](std::size_t u) { return detail::total_square(r[u].norm); }, scratch_.data()));
+      outer_->step_norms(&g, 1);
+    } else {
+      kNorms ? outer_->step_norms(in, n) : outer_->step(in, n);
+    }
+    return combine();
   }
   const StepSummary& combine() {
     const auto& od = outer_->decisions();
@@ -215,11 +231,10 @@ class LayeredController final : public DynController {
   std::unique_ptr<DynController> outer_, inner_;
   ScaleCombine combine_;
   std::string name_;
-  bool global_ = false;
+  bool global_;  // after name_: set from the pair in the constructor's initialiser
   std::vector<UnitDecision> dec_;
   std::vector<UnitReport> rep_;
   std::vector<double> scratch_;
-  std::vector<float> norms_;
   StepSummary sum_{};
 };
 

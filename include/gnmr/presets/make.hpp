@@ -32,11 +32,10 @@ namespace presets {
 inline std::unique_ptr<DynController> make(const std::string& name, std::size_t num_units,
                                            const Options& o = {}) {
   if (is_layered(name)) {
-    const LayeredName l = split_layered(name);
-    const auto opts = layered_options(l, o);
-    auto outer = make(l.outer, is_global(l.outer) ? 1 : num_units, opts.first);
-    return std::unique_ptr<DynController>(
-        new LayeredController(std::move(outer), make(l.inner, num_units, opts.second), ScaleCombine::kProduct, name));
+    const LayeredPlan l = plan_layered(name, num_units, o);
+    return std::unique_ptr<DynController>(new LayeredController(
+        make(l.names.outer, l.outer_units, l.outer), make(l.names.inner, num_units, l.inner), ScaleCombine::kProduct,
+        name));
   }
   return with_preset(name, num_units, o, [&name](auto c) { return make_dyn(std::move(c), name); });
 }

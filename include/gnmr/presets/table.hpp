@@ -307,6 +307,16 @@ inline std::pair<Options, Options> layered_options(const LayeredName& l, const O
   return r;
 }
 
+// What make() and cuda::make_device() build for a layered name: the two
+// preset names, the outer's unit count (1 for a global rule) and each
+// one's overrides. Throws what split_layered / layered_options throw.
+struct LayeredPlan {
+  LayeredName names;
+  std::size_t outer_units;
+  Options outer, inner;
+};
+inline LayeredPlan plan_layered(const std::string& name, std::size_t num_units, const Options& o);
+
 // True for presets whose published rule is on the global norm (clip, zclip,
 // skip-step): build them with one unit holding the sum of all L2 partials.
 // A layered name is never global: it takes one partial per unit (its outer
@@ -318,6 +328,16 @@ inline bool is_global(const std::string& name) {
     return false;
   }
   return detail::find_preset(name).global;
+}
+
+inline LayeredPlan plan_layered(const std::string& name, std::size_t num_units, const Options& o) {
+  LayeredPlan p;
+  p.names = split_layered(name);
+  auto split = layered_options(p.names, o);
+  p.outer = std::move(split.first);
+  p.inner = std::move(split.second);
+  p.outer_units = is_global(p.names.outer) ? 1 : num_units;
+  return p;
 }
 
 // The overrides (Options fields, by name) that preset `name` accepts; any

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 import gnmr
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from sharded_runs import free_port  # noqa: E402
+from sharded_runs import free_port, rank_main  # noqa: E402
 
 WIDTH, DEPTH, BATCH = 1024, 8, 64
 
@@ -56,6 +56,7 @@ def build(arm):
     return model, ctl, opt
 
 
+@rank_main
 def worker(rank, world, port, steps, reps, out):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=port, rank=rank, world_size=world)

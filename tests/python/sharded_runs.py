@@ -13,8 +13,10 @@ element of the whole gradient.
 """
 from __future__ import annotations
 
+import functools
 import os
 import pickle
+import sys
 import tempfile
 from typing import Any, Dict, List, Optional
 
@@ -38,6 +40,23 @@ def free_port() -> str:
     (CTest runs MPI jobs beside pytest) before rank 0's store binds it;
     gloo's own connections bind port 0. Passed to init() as `port`."""
     return "file://" + os.path.join(tempfile.mkdtemp(prefix="gnmr-rdv-"), "store")
+
+
+def rank_main(fn):
+    """A spawned rank's entry point that leaves with os._exit(0) once it has
+    returned (its results written, its process group destroyed): gloo's
+    worker threads can abort the interpreter's finalization ("terminate
+    called without an active exception", SIGABRT; pytorch/pytorch#179291
+    describes the mechanism), which mp.spawn reports as a failed rank after
+    the work succeeded. An exception still propagates to mp.spawn as usual,
+    and a rank that dies before writing its results still fails the test."""
+    @functools.wraps(fn)
+    def main(*args, **kwargs):
+        fn(*args, **kwargs)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return main
 
 
 def init(rank: int, world: int, port: str) -> None:
@@ -125,7 +144,8 @@ def train(model, ctl, opt, guarded: bool, steps: range, dp_rank: int, dp_size: i
     return rec
 
 
-def run(rank: int, world: int, port: int, out: str, layout: str, guarded: bool,
+@rank_main
+def run(rank: int, world: int, port: str, out: str, layout: str, guarded: bool,
         steps: int, nan: bool) -> None:
     """One rank of a sharded run (rank 0 of 1 for 'ref'): writes
     rank{r}.pkl with the record, the final whole weights and the event log."""
@@ -155,7 +175,8 @@ def load(out: str, rank: int) -> Dict[str, Any]:
         return pickle.load(f)
 
 
-def dcp_run(rank: int, world: int, port: int, out: str, phase: str, ckpt: str,
+@rank_main
+def dcp_run(rank: int, world: int, port: str, out: str, phase: str, ckpt: str,
             save_at: int, steps: int) -> None:
     """One rank of a checkpoint run. 'save': FSDP2 on `world` ranks, trains
     to save_at, saves model, optimizer and controller with

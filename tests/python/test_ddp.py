@@ -16,14 +16,15 @@ import torch.nn.functional as F
 
 import gnmr
 from conftest import batch, f32_bits, make_model
-from sharded_runs import free_port, init
+from sharded_runs import free_port, init, rank_main
 
 STEPS = 60
 # Loss factors on rank 0 (a spike that the all-reduce spreads to both ranks).
 SPIKES = {25: 1e3, 26: 1e3, 40: float("nan")}
 
 
-def _rank(rank: int, world: int, port: int, out: str, guarded: bool) -> None:
+@rank_main
+def _rank(rank: int, world: int, port: str, out: str, guarded: bool) -> None:
     init(rank, world, port)
     try:
         model = torch.nn.parallel.DistributedDataParallel(make_model(3))

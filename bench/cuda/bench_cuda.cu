@@ -5,6 +5,8 @@
 //                    at several chunk sizes; roofline = a plain vectorised
 //                    read of the same flat gradient buffer
 //   controller step  10,000 and 1,000,000 units (stream and CUDA graph)
+//   presets          the same, for controllers built by name (make_device):
+//                    gnmr, the systemic rule's actions, layered controllers
 //   AdamW            llama-1.26B, fp32 grads: unguarded fused AdamW
 //                    (28 B/param) and the guarded step = norms + controller
 //                    + AdamW (32 B/param); roofline = bytes / copy bandwidth
@@ -15,7 +17,7 @@
 //                    + fold + controller + guarded AdamW; target <= 1.02x
 // Timing: CUDA events, warm-up, median of --reps runs; inputs are random
 // (hash-filled), never zeros, and far larger than L2 except the controller
-// state itself. Prints a markdown table last. --only norms|controller|adamw runs
+// state itself. Prints a markdown table last. --only norms|controller|presets|adamw|fused runs
 // one part (for a profiler), --quick skips the 13B layout, --reps N.
 #include <cuda_runtime.h>
 
@@ -45,7 +47,7 @@ namespace {
 
 int g_reps = 20;
 bool g_quick = false;
-std::string g_only;  // --only norms|controller|adamw: one part (profilers, quick looks)
+std::string g_only;  // --only norms|controller|presets|adamw|fused: one part (profilers, quick looks)
 
 struct Row {
   std::string work, layout;
@@ -192,7 +194,34 @@ void bench_norms(const bench_layouts::Layout& L, gnmr::DType dt, cudaStream_t s)
   }
 }
 
+// The controller step three ways. `step_norms(norms, stream)` is the controller
+// under test: the typed DeviceController<> (the default preset) or one built
+// by name through cuda::make_device (`label` names it in the table).
+template <class StepNorms>
+void time_controller(std::size_t n, const std::string& label, StepNorms&& step_norms, cudaStream_t s);
+
 void bench_controller(std::size_t n, cudaStream_t s) {
+  gnmr::cuda::DeviceController<> ctl(n);
+  time_controller(n, "controller step", [&](const float* d, cudaStream_t st) { return ctl.step_norms(d, st); }, s);
+}
+
+// Controllers by name (issues 11 and 20): the systemic rule's actions and the
+// layered controllers, each against the same norm trace as the default row.
+void bench_presets(std::size_t n, cudaStream_t s) {
+  for (const char* name : {"gnmr", "gnmr-systemic", "stabilizer+gnmr", "clip+gnmr"}) {
+    auto ctl = gnmr::cuda::make_device(name, n);
+    time_controller(n, std::string("make_device(\"") + name + "\")",
+                    [&](const float* d, cudaStream_t st) { return ctl->step_norms(d, st); }, s);
+  }
+  gnmr::presets::Options o;
+  o.systemic_action = "global-clip";
+  auto gc = gnmr::cuda::make_device("gnmr-systemic", n, o);
+  time_controller(n, "make_device(\"gnmr-systemic\", global-clip)",
+                  [&](const float* d, cudaStream_t st) { return gc->step_norms(d, st); }, s);
+}
+
+template <class StepNorms>
+void time_controller(std::size_t n, const std::string& label, StepNorms&& step_norms, cudaStream_t s) {
   const int kSteps = n > 100000 ? 8 : 64;
   std::vector<float> h(n * kSteps);
   std::vector<float> one(n);
@@ -202,27 +231,27 @@ void bench_controller(std::size_t n, cudaStream_t s) {
   }
   gnmr::cuda::DeviceBuffer d(h.size() * sizeof(float));
   BK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
-  gnmr::cuda::DeviceController<> ctl(n);
   int t = 0;
   const auto one_step = [&] {
-    BK(ctl.step_norms(d.as<float>() + static_cast<std::size_t>(t % kSteps) * n, s));
+    BK(step_norms(d.as<float>() + static_cast<std::size_t>(t % kSteps) * n, s));
     ++t;
   };
   for (int i = 0; i < 2 * kSteps; ++i) one_step();  // past the warm-up: triggers, grants, denials
   const std::string lay = std::to_string(n) + " units";
   const double single = median_ms(one_step, s);
-  report("controller step (1 step, stream)", lay, single, 0, 0, n == 10000 ? "<= 0.020 ms" : "-");
+  const std::string target = n == 10000 && label == "controller step" ? "<= 0.020 ms" : "-";
+  report(label + " (1 step, stream)", lay, single, 0, 0, target);
   const int kBatch = 100;
   const double batch = median_ms([&] { for (int i = 0; i < kBatch; ++i) one_step(); }, s, 7, 1) / kBatch;
-  report("controller step (100 back-to-back)", lay, batch, 0, 0, n == 10000 ? "<= 0.020 ms" : "-");
+  report(label + " (100 back-to-back)", lay, batch, 0, 0, target);
   cudaGraph_t g;
   cudaGraphExec_t ge;
   BK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < kBatch; ++i) BK(ctl.step_norms(d.as<float>() + static_cast<std::size_t>(i % kSteps) * n, s));
+  for (int i = 0; i < kBatch; ++i) BK(step_norms(d.as<float>() + static_cast<std::size_t>(i % kSteps) * n, s));
   BK(cudaStreamEndCapture(s, &g));
   BK(cudaGraphInstantiate(&ge, g, 0));
   const double graph = median_ms([&] { BK(cudaGraphLaunch(ge, s)); }, s, 7, 1) / kBatch;
-  report("controller step (graph of 100)", lay, graph, 0, 0, n == 10000 ? "<= 0.020 ms" : "-");
+  report(label + " (graph of 100)", lay, graph, 0, 0, target);
   cudaGraphExecDestroy(ge);
   cudaGraphDestroy(g);
 }
@@ -394,6 +423,10 @@ int main(int argc, char** argv) {
   if (want("controller")) {
     bench_controller(10000, s);
     bench_controller(1000000, s);
+  }
+  if (want("presets")) {
+    bench_presets(10000, s);
+    bench_presets(1000000, s);
   }
   if (want("adamw") && prop.totalGlobalMem > (30ull << 30)) bench_adamw(copy_bw, s);
   if (want("fused") && prop.totalGlobalMem > (30ull << 30)) bench_fused(copy_bw, s);

@@ -32,12 +32,14 @@ std::size_t diff_step(const gnmr::DynController& h, const gnmr::cuda::DynDeviceC
   return bad;
 }
 
-void run_preset(const std::string& name) {
+// units/steps 0: the defaults (1 unit for a global preset, else 257; 130 or
+// 160 steps).
+void run_preset(const std::string& name, std::size_t units = 0, int steps_ = 0) {
   const bool global = gnmr::presets::is_global(name);
-  const std::size_t n = global ? 1 : 257;
+  const std::size_t n = units ? units : global ? 1 : 257;
   // More steps than AdaGC's 100-step warm-up even in quick mode, or it
   // never acts and the "acted" check below fails.
-  const int steps = quick() ? 130 : 160, half = steps / 2;
+  const int steps = steps_ ? steps_ : quick() ? 130 : 160, half = steps / 2;
   auto host = gnmr::presets::make(name, n);
   auto dev = gnmr::cuda::make_device(name, n);
   EXPECT(dev->name() == name && dev->num_units() == n && dev->max_in_recovery() == host->max_in_recovery(),
@@ -79,9 +81,13 @@ void test_presets_on_device() {
   // Layered controllers (gnmr/cuda/layered.cuh): per-unit and global outer
   // rules (257 units: the global norm's tree has two blocks), the state
   // container crossing backends as above.
-  for (const std::string& name : {"stabilizer+gnmr", "stabilizer+gnmr-promote", "adagc+gnmr-clip", "clip+gnmr",
-                                  "skip-step+gnmr", "zclip+gnmr-promote"})
+  for (const char* name : {"stabilizer+gnmr", "stabilizer+gnmr-promote", "adagc+gnmr-clip", "clip+gnmr",
+                           "skip-step+gnmr", "zclip+gnmr-promote"})
     run_preset(name);
+  // A global outer over 70,000 units: 274 leaf blocks, so the global norm's
+  // upper levels take two passes (the launch of one block per leaf block,
+  // then the fold in one block).
+  run_preset("clip+gnmr", 70000);
 
   // A blob of another preset is refused, and the device state is unchanged.
   auto a = gnmr::cuda::make_device("gnmr", 16);

@@ -5,9 +5,9 @@
 #   bash tests/python/gpu.sh
 #
 # 1. builds the package for the GPU's architecture (pip install
-#    --no-build-isolation ./python, GNMR_CUDA=1, TORCH_CUDA_ARCH_LIST from
-#    the visible GPU unless set) into a venv over the python that imports a
-#    CUDA torch ($GNMR_PYTHON, python3, /usr/bin/python3);
+#    --no-build-isolation --target, GNMR_CUDA=1, TORCH_CUDA_ARCH_LIST from
+#    the visible GPU unless set) for the python that imports a CUDA torch
+#    ($GNMR_PYTHON, python3, /usr/bin/python3);
 # 2. builds the two C++ references of the decision tests (gnmr_py_reference,
 #    gnmr-replay) with g++ alone: the GPU machine has no Catch2;
 # 3. runs tests/python with GNMR_PY_REQUIRE_GPU=1 (the CUDA tests fail
@@ -42,15 +42,13 @@ done
 nvcc --version | tail -1
 
 # --- 1. the package -------------------------------------------------------------
-if "$py" -m venv --clear --system-site-packages "$b/venv" >/dev/null 2>&1; then
-  vpy="$b/venv/bin/python"
-  install=("$vpy" -m pip install --no-build-isolation --no-index ./python)
-else  # no venv module: a private target directory instead
-  vpy="$py"
-  rm -rf "$b/site"
-  install=("$py" -m pip install --no-build-isolation --no-index --target "$b/site" ./python)
-  export PYTHONPATH="$b/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
+# A private --target folder on PYTHONPATH, not a venv: the GPU machine's
+# python3 is itself a venv (/opt/torch/.venv), and a venv made from it with
+# --system-site-packages sees the base interpreter's packages, not torch.
+vpy="$py"
+rm -rf "$b/site"
+install=("$py" -m pip install --no-build-isolation --no-index --no-deps --target "$b/site" ./python)
+export PYTHONPATH="$b/site${PYTHONPATH:+:$PYTHONPATH}"
 export GNMR_CUDA=1 MAX_JOBS="${MAX_JOBS:-$(nproc)}"
 if ! "${install[@]}" -v >"$out/pip.log" 2>&1; then
   tail -n 60 "$out/pip.log"

@@ -131,6 +131,102 @@ TEST_CASE("stabilizer with restart_every follows Stable-SPAM's restart", "[prese
   CHECK(presets::overrides_of("stabilizer") == std::vector<std::string>{"restart_every"});
 }
 
+// The size of "what every preset does differently" item 1 (docs/presets.md):
+// one NaN norm (unit 0, step 1000 of 3000; for a global peer the total norm
+// is NaN) fed to each peer's reference at its defaults and to the preset by
+// name. Counted over the 2000 steps after it: unit-steps whose scale the
+// peer leaves NaN, and unit-steps on which the action (a scale below 1 or a
+// skip) differs from the same peer's run without the NaN, for the peer and
+// for the preset.
+void nonfinite_sizes(const std::vector<std::vector<float>>& tr) {
+  const int U = static_cast<int>(tr.size()), T = static_cast<int>(tr[0].size()), at = 1000;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const auto row_at = [&](int t, bool poison) {
+    std::vector<float> r(U);
+    for (int u = 0; u < U; ++u) r[u] = tr[u][t];
+    if (poison && t == at) r[0] = nan;
+    return r;
+  };
+  const auto total = [](const std::vector<float>& r) {
+    double sq = 0;
+    for (float x : r) sq += double(x) * x;
+    return std::sqrt(sq);
+  };
+  const auto acts = [](double scale) { return !(scale >= 1.0); };  // NaN counts as acting
+  // peer(poison) -> per step, per unit: the scale the peer applies.
+  const auto report = [&](const char* name, auto peer_run, bool global) {
+    const auto a = peer_run(true), b = peer_run(false);
+    const int units = global ? 1 : U;
+    auto pa = presets::make(name, units), pb = presets::make(name, units);
+    int nan_steps = 0, peer_diff = 0, ours_diff = 0;
+    for (int t = 0; t < T; ++t) {
+      const auto ra = row_at(t, true), rb = row_at(t, false);
+      if (global) {
+        pa->step_norms(std::vector<float>{static_cast<float>(total(ra))});
+        pb->step_norms(std::vector<float>{static_cast<float>(total(rb))});
+      } else {
+        pa->step_norms(ra);
+        pb->step_norms(rb);
+      }
+      if (t <= at) continue;
+      for (int u = 0; u < units; ++u) {
+        nan_steps += std::isnan(a[t][u]);
+        peer_diff += acts(a[t][u]) != acts(b[t][u]);
+        ours_diff += acts(pa->decisions()[u].scale) != acts(pb->decisions()[u].scale);
+      }
+    }
+    WARN(name << ": one NaN at step " << at + 1 << "; over the " << T - at - 1 << " steps after it, the peer's scale is NaN on "
+              << nan_steps << " unit-steps and its action differs from its NaN-free run on " << peer_diff
+              << "; the preset's on " << ours_diff);
+  };
+  using Run = std::vector<std::vector<double>>;
+  report("zclip", [&](bool poison) {
+    ZClipRef z;
+    Run out;
+    for (int t = 0; t < T; ++t) out.push_back({z.step(total(row_at(t, poison))).scale});
+    return out;
+  }, true);
+  report("skip-step", [&](bool poison) {
+    OlmoRef o;
+    Run out;
+    for (int t = 0; t < T; ++t) out.push_back({o(total(row_at(t, poison))).scale});
+    return out;
+  }, true);
+  report("adagc", [&](bool poison) {
+    AdaGCRef g;
+    Run out;
+    for (int t = 0; t < T; ++t) {
+      std::vector<double> r;
+      for (const RefVerdict& v : g.step(row_at(t, poison))) r.push_back(v.scale);
+      out.push_back(r);
+    }
+    return out;
+  }, false);
+  report("spam", [&](bool poison) {
+    std::vector<SpamRef> sp(U);
+    Run out;
+    for (int t = 0; t < T; ++t) {
+      const auto r = row_at(t, poison);
+      std::vector<double> o;
+      for (int u = 0; u < U; ++u) o.push_back(sp[u](r[u]).scale);
+      out.push_back(o);
+    }
+    return out;
+  }, false);
+  report("stabilizer", [&](bool poison) {
+    std::vector<AdaGNRef> st(U);
+    for (auto& x : st) x.g1 = 0.7f, x.g2 = 0.9f;
+    Run out;
+    for (int t = 0; t < T; ++t) {
+      const auto r = row_at(t, poison);
+      std::vector<double> o;
+      for (int u = 0; u < U; ++u) o.push_back(st[u](r[u]));
+      out.push_back(o);
+    }
+    return out;
+  }, false);
+}
+
 // Not a check: the sizes docs/presets.md quotes for the peers' defaults a
 // preset does not take by name (hidden; run it with
 // `build/tests/gnmr_tests "[presets-size]"`).
@@ -177,6 +273,7 @@ TEST_CASE("sizes of the peers' defaults the presets leave out", "[.][presets-siz
     WARN("stabilizer vs Stable-SPAM restart 1000, " << U << " units x " << T << " steps: max rel scale diff "
          << worst << ", unit-steps > 1%: " << over1 << ", > 10%: " << over10);
   }
+  nonfinite_sizes(tr);
 }
 
 // -------------------------------------------------------------- none ------

@@ -273,6 +273,24 @@ TEST_CASE("sizes of the peers' defaults the presets leave out", "[.][presets-siz
     WARN("stabilizer vs Stable-SPAM restart 1000, " << U << " units x " << T << " steps: max rel scale diff "
          << worst << ", unit-steps > 1%: " << over1 << ", > 10%: " << over10);
   }
+  {  // fp32 parameters and statistics: adagc by name vs AdaGC's double reference
+    auto c = presets::make("adagc", U);
+    AdaGCRef ref;
+    int acted = 0, differ = 0;
+    double worst = 0;
+    for (int t = 0; t < T; ++t) {
+      for (int u = 0; u < U; ++u) row[u] = tr[u][t];
+      c->step_norms(row);
+      const auto r = ref.step(row);
+      for (int u = 0; u < U; ++u) {
+        const bool act = c->decisions()[u].scale < 1.0f;
+        acted += r[u].acted, differ += act != r[u].acted;
+        worst = std::max(worst, std::fabs(c->decisions()[u].scale - r[u].scale) / r[u].scale);
+      }
+    }
+    WARN("adagc vs AdaGC (double reference), " << U << " units x " << T << " steps: the peer acts on " << acted
+         << " unit-steps, action differs on " << differ << ", max rel scale diff " << worst);
+  }
   nonfinite_sizes(tr);
 }
 

@@ -136,3 +136,46 @@ def test_with_gnmr_adamw_as_the_trainers_optimizer(tmp_path):
     assert ctl.steps_done == 8
     # The Trainer's clip stays the Trainer's (gnmr's AdamW runs after it).
     assert seen == [1.0] * 8 and cb._clip == 0.0
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and gnmr.cuda_built()),
+                    reason="fp16 AMP needs a CUDA device and a gnmr built with CUDA")
+def test_fp16_amp_gnmr_reads_unscaled_gradients(tmp_path):
+    """Under fp16 AMP the Trainer's GradScaler multiplies the loss by its
+    scale (2^16 at first): gnmr must read the gradients unscaled, whoever
+    unscales them (the Trainer may have; else the callback does). Checked
+    against the same model and first batch trained in fp32: the first
+    step's per-unit norms agree to fp16 autocast's rounding, not to a factor
+    of the scale. And on every step gnmr's norms are those of the .grad the
+    optimizer then consumes (a probe after the callback)."""
+    def run(folder, fp16):
+        model = tiny_llama(5).cuda()
+        cb = GnmrCallback(preset="none")
+        seen = []
+
+        class After(transformers.TrainerCallback):
+            def on_pre_optimizer_step(self, args, state, control, optimizer=None, **kw):
+                ctl = cb.controller
+                sq = torch.zeros(ctl.num_units, dtype=torch.float64)
+                for t in ctl.parameters():
+                    if t.grad is not None:
+                        sq[ctl.unit_of(t)] += t.grad.double().pow(2).sum().cpu()
+                scale = optimizer.scaler.get_scale() if fp16 else 1.0
+                seen.append((scale, ctl.reports()["norm"].double(), sq.sqrt()))
+
+        args = transformers.TrainingArguments(
+            output_dir=str(folder), max_steps=6, per_device_train_batch_size=4, learning_rate=3e-3,
+            max_grad_norm=0.0, fp16=fp16, report_to=[], logging_steps=3, save_strategy="no", seed=0,
+            disable_tqdm=True, dataloader_num_workers=0)
+        transformers.Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[cb, After()]).train()
+        assert cb.controller.steps_done == 6 and len(seen) == 6
+        assert all(torch.isfinite(p).all() for p in model.parameters())
+        return seen
+
+    amp, ref = run(tmp_path / "amp", True), run(tmp_path / "fp32", False)
+    scale, first, _ = amp[0]
+    assert scale >= 2.0 ** 10 and torch.isfinite(first).all()  # a real loss scale was in play
+    torch.testing.assert_close(first, ref[0][1], rtol=0.05, atol=1e-8)  # not x scale
+    for _, got, grad in amp:
+        if torch.isfinite(grad).all():
+            torch.testing.assert_close(got, grad, rtol=1e-6, atol=0.0)

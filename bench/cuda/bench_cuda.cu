@@ -7,6 +7,7 @@
 //   controller step  10,000 and 1,000,000 units (stream and CUDA graph)
 //   presets          the same, for controllers built by name (make_device):
 //                    gnmr, the systemic rule's actions, layered controllers
+//   telemetry        the controller step with and without TelemetryDrain
 //   AdamW            llama-1.26B, fp32 grads: unguarded fused AdamW
 //                    (28 B/param) and the guarded step = norms + controller
 //                    + AdamW (32 B/param); roofline = bytes / copy bandwidth
@@ -17,7 +18,7 @@
 //                    + fold + controller + guarded AdamW; target <= 1.02x
 // Timing: CUDA events, warm-up, median of --reps runs; inputs are random
 // (hash-filled), never zeros, and far larger than L2 except the controller
-// state itself. Prints a markdown table last. --only norms|controller|presets|adamw|fused runs
+// state itself. Prints a markdown table last. --only norms|controller|presets|telemetry|adamw|fused runs
 // one part (for a profiler), --quick skips the 13B layout, --reps N.
 #include <cuda_runtime.h>
 
@@ -47,7 +48,7 @@ namespace {
 
 int g_reps = 20;
 bool g_quick = false;
-std::string g_only;  // --only norms|controller|presets|adamw|fused: one part (profilers, quick looks)
+std::string g_only;  // --only norms|controller|presets|telemetry|adamw|fused: one part (profilers, quick looks)
 
 struct Row {
   std::string work, layout;
@@ -220,9 +221,11 @@ void bench_presets(std::size_t n, cudaStream_t s) {
                   [&](const float* d, cudaStream_t st) { return gc->step_norms(d, st); }, s);
 }
 
-template <class StepNorms>
-void time_controller(std::size_t n, const std::string& label, StepNorms&& step_norms, cudaStream_t s) {
-  const int kSteps = n > 100000 ? 8 : 64;
+// kSteps steps of n unit norms (tracegen: past the warm-up some units
+// trigger, are granted or denied every step), on the device.
+int trace_steps(std::size_t n) { return n > 100000 ? 8 : 64; }
+gnmr::cuda::DeviceBuffer upload_trace(std::size_t n) {
+  const int kSteps = trace_steps(n);
   std::vector<float> h(n * kSteps);
   std::vector<float> one(n);
   for (int t = 0; t < kSteps; ++t) {
@@ -231,6 +234,44 @@ void time_controller(std::size_t n, const std::string& label, StepNorms&& step_n
   }
   gnmr::cuda::DeviceBuffer d(h.size() * sizeof(float));
   BK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// The controller step followed by TelemetryDrain::record (compaction kernel,
+// two copies to pinned memory, the previous step's lines written to an
+// EventLog on /dev/null), 100 steps back to back, against the controller
+// alone in the same run: what per-step telemetry costs.
+void bench_telemetry(std::size_t n, cudaStream_t s) {
+  const int kSteps = trace_steps(n);
+  gnmr::cuda::DeviceBuffer d = upload_trace(n);
+  std::FILE* sink = std::fopen("/dev/null", "w");
+  if (sink == nullptr) return;
+  {
+    gnmr::EventLog log(sink);
+    gnmr::cuda::DeviceController<> ctl(n);
+    gnmr::cuda::TelemetryDrain drain(n);
+    int t = 0;
+    const auto step = [&](bool telemetry) {
+      BK(ctl.step_norms(d.as<float>() + static_cast<std::size_t>(t % kSteps) * n, s));
+      if (telemetry) drain.record(ctl, log, s);
+      ++t;
+    };
+    for (int i = 0; i < 2 * kSteps; ++i) step(true);
+    const std::string lay = std::to_string(n) + " units";
+    const int kBatch = 100;
+    const double alone = median_ms([&] { for (int i = 0; i < kBatch; ++i) step(false); }, s, 7, 1) / kBatch;
+    report("controller step alone (100 back-to-back)", lay, alone, 0, 0, "-");
+    const double with = median_ms([&] { for (int i = 0; i < kBatch; ++i) step(true); }, s, 7, 1) / kBatch;
+    report("controller step + TelemetryDrain::record (100 back-to-back)", lay, with, 0, 0, "-");
+    drain.flush(log);
+  }
+  std::fclose(sink);
+}
+
+template <class StepNorms>
+void time_controller(std::size_t n, const std::string& label, StepNorms&& step_norms, cudaStream_t s) {
+  const int kSteps = trace_steps(n);
+  gnmr::cuda::DeviceBuffer d = upload_trace(n);
   int t = 0;
   const auto one_step = [&] {
     BK(step_norms(d.as<float>() + static_cast<std::size_t>(t % kSteps) * n, s));
@@ -427,6 +468,10 @@ int main(int argc, char** argv) {
   if (want("presets")) {
     bench_presets(10000, s);
     bench_presets(1000000, s);
+  }
+  if (want("telemetry")) {
+    bench_telemetry(10000, s);
+    bench_telemetry(1000000, s);
   }
   if (want("adamw") && prop.totalGlobalMem > (30ull << 30)) bench_adamw(copy_bw, s);
   if (want("fused") && prop.totalGlobalMem > (30ull << 30)) bench_fused(copy_bw, s);

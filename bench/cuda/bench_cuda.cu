@@ -18,8 +18,10 @@
 //                    + fold + controller + guarded AdamW; target <= 1.02x
 // Timing: CUDA events, warm-up, median of --reps runs; inputs are random
 // (hash-filled), never zeros, and far larger than L2 except the controller
-// state itself. Prints a markdown table last. --only norms|controller|presets|telemetry|adamw|fused runs
-// one part (for a profiler), --quick skips the 13B layout, --reps N.
+// state itself. Prints a markdown table last. --only norms|controller|presets|
+// telemetry|adamw|fused runs one part (for a profiler), --quick skips the 13B
+// layout, --reps N. The shared harness (BK, report, median_ms) is in
+// harness.cuh, the controller parts in controllers.cuh.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,67 +32,15 @@
 #include <string>
 #include <vector>
 
-#include "../../tests/support/trace_gen.hpp"
 #include "gnmr/cuda/all.cuh"
 #include "../../examples/unscale_check.hpp"
+#include "controllers.cuh"
+#include "harness.cuh"
 #include "layouts.hpp"
 
 namespace {
 
-#define BK(call)                                                                                   \
-  do {                                                                                             \
-    const cudaError_t bk_e_ = (call);                                                              \
-    if (bk_e_ != cudaSuccess) {                                                                    \
-      std::fprintf(stderr, "%s:%d: %s -> %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(bk_e_)); \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
-
-int g_reps = 20;
-bool g_quick = false;
-std::string g_only;  // --only norms|controller|presets|telemetry|adamw|fused: one part (profilers, quick looks)
-
-struct Row {
-  std::string work, layout;
-  double ms, gbps, roof_ms;
-  std::string target;
-};
-std::vector<Row> g_rows;
-
-void report(const std::string& work, const std::string& layout, double ms, double bytes, double roof_ms,
-            const std::string& target) {
-  const double gbps = bytes > 0 ? bytes / (ms * 1e-3) / 1e9 : 0.0;
-  g_rows.push_back({work, layout, ms, gbps, roof_ms, target});
-  std::printf("RESULT,%s,%s,%.4f ms,%.1f GB/s,roof %.4f ms,ratio %.3f\n", work.c_str(), layout.c_str(), ms, gbps,
-              roof_ms, roof_ms > 0 ? ms / roof_ms : 0.0);
-  std::fflush(stdout);
-}
-
-// Median time of launch() in ms, by events, after warm-up runs.
-template <class F>
-double median_ms(F&& launch, cudaStream_t s, int reps = -1, int warm = 3) {
-  if (reps < 0) reps = g_reps;
-  cudaEvent_t a, b;
-  BK(cudaEventCreate(&a));
-  BK(cudaEventCreate(&b));
-  BK(cudaDeviceSynchronize());  // no setup work (any stream) may overlap the runs
-  for (int i = 0; i < warm; ++i) launch();
-  BK(cudaStreamSynchronize(s));
-  std::vector<float> t;
-  for (int i = 0; i < reps; ++i) {
-    BK(cudaEventRecord(a, s));
-    launch();
-    BK(cudaEventRecord(b, s));
-    BK(cudaEventSynchronize(b));
-    float ms = 0;
-    BK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  BK(cudaEventDestroy(a));
-  BK(cudaEventDestroy(b));
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using namespace bench;  // BK, report, median_ms, g_* (harness.cuh)
 
 __device__ __forceinline__ std::uint64_t dmix(std::uint64_t x) {  // splitmix64
   x += 0x9e3779b97f4a7c15ull;
@@ -193,108 +143,6 @@ void bench_norms(const bench_layouts::Layout& L, gnmr::DType dt, cudaStream_t s)
     report("norms chunk " + std::to_string(chunk / 1024) + "K", L.name + " " + gnmr::dtype_name(dt), ms, data_bytes,
            roof, chunk == gnmr::detail::kDefaultNormChunk ? "<= 1.10x roofline" : "(sweep)");
   }
-}
-
-// The controller step three ways. `step_norms(norms, stream)` is the controller
-// under test: the typed DeviceController<> (the default preset) or one built
-// by name through cuda::make_device (`label` names it in the table).
-template <class StepNorms>
-void time_controller(std::size_t n, const std::string& label, StepNorms&& step_norms, cudaStream_t s);
-
-void bench_controller(std::size_t n, cudaStream_t s) {
-  gnmr::cuda::DeviceController<> ctl(n);
-  time_controller(n, "controller step", [&](const float* d, cudaStream_t st) { return ctl.step_norms(d, st); }, s);
-}
-
-// Controllers by name (issues 11 and 20): the systemic rule's actions and the
-// layered controllers, each against the same norm trace as the default row.
-void bench_presets(std::size_t n, cudaStream_t s) {
-  for (const char* name : {"gnmr", "gnmr-systemic", "stabilizer+gnmr", "clip+gnmr"}) {
-    auto ctl = gnmr::cuda::make_device(name, n);
-    time_controller(n, std::string("make_device(\"") + name + "\")",
-                    [&](const float* d, cudaStream_t st) { return ctl->step_norms(d, st); }, s);
-  }
-  gnmr::presets::Options o;
-  o.systemic_action = "global-clip";
-  auto gc = gnmr::cuda::make_device("gnmr-systemic", n, o);
-  time_controller(n, "make_device(\"gnmr-systemic\", global-clip)",
-                  [&](const float* d, cudaStream_t st) { return gc->step_norms(d, st); }, s);
-}
-
-// kSteps steps of n unit norms (tracegen: past the warm-up some units
-// trigger, are granted or denied every step), on the device.
-int trace_steps(std::size_t n) { return n > 100000 ? 8 : 64; }
-gnmr::cuda::DeviceBuffer upload_trace(std::size_t n) {
-  const int kSteps = trace_steps(n);
-  std::vector<float> h(n * kSteps);
-  std::vector<float> one(n);
-  for (int t = 0; t < kSteps; ++t) {
-    tracegen::fill(7, t + 1, one);
-    std::copy(one.begin(), one.end(), h.begin() + static_cast<std::ptrdiff_t>(t * n));
-  }
-  gnmr::cuda::DeviceBuffer d(h.size() * sizeof(float));
-  BK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
-  return d;
-}
-
-// The controller step followed by TelemetryDrain::record (compaction kernel,
-// two copies to pinned memory, the previous step's lines written to an
-// EventLog on /dev/null), 100 steps back to back, against the controller
-// alone in the same run: what per-step telemetry costs.
-void bench_telemetry(std::size_t n, cudaStream_t s) {
-  const int kSteps = trace_steps(n);
-  gnmr::cuda::DeviceBuffer d = upload_trace(n);
-  std::FILE* sink = std::fopen("/dev/null", "w");
-  if (sink == nullptr) return;
-  {
-    gnmr::EventLog log(sink);
-    gnmr::cuda::DeviceController<> ctl(n);
-    gnmr::cuda::TelemetryDrain drain(n);
-    int t = 0;
-    const auto step = [&](bool telemetry) {
-      BK(ctl.step_norms(d.as<float>() + static_cast<std::size_t>(t % kSteps) * n, s));
-      if (telemetry) drain.record(ctl, log, s);
-      ++t;
-    };
-    for (int i = 0; i < 2 * kSteps; ++i) step(true);
-    const std::string lay = std::to_string(n) + " units";
-    const int kBatch = 100;
-    const double alone = median_ms([&] { for (int i = 0; i < kBatch; ++i) step(false); }, s, 7, 1) / kBatch;
-    report("controller step alone (100 back-to-back)", lay, alone, 0, 0, "-");
-    const double with = median_ms([&] { for (int i = 0; i < kBatch; ++i) step(true); }, s, 7, 1) / kBatch;
-    report("controller step + TelemetryDrain::record (100 back-to-back)", lay, with, 0, 0, "-");
-    drain.flush(log);
-  }
-  std::fclose(sink);
-}
-
-template <class StepNorms>
-void time_controller(std::size_t n, const std::string& label, StepNorms&& step_norms, cudaStream_t s) {
-  const int kSteps = trace_steps(n);
-  gnmr::cuda::DeviceBuffer d = upload_trace(n);
-  int t = 0;
-  const auto one_step = [&] {
-    BK(step_norms(d.as<float>() + static_cast<std::size_t>(t % kSteps) * n, s));
-    ++t;
-  };
-  for (int i = 0; i < 2 * kSteps; ++i) one_step();  // past the warm-up: triggers, grants, denials
-  const std::string lay = std::to_string(n) + " units";
-  const double single = median_ms(one_step, s);
-  const std::string target = n == 10000 && label == "controller step" ? "<= 0.020 ms" : "-";
-  report(label + " (1 step, stream)", lay, single, 0, 0, target);
-  const int kBatch = 100;
-  const double batch = median_ms([&] { for (int i = 0; i < kBatch; ++i) one_step(); }, s, 7, 1) / kBatch;
-  report(label + " (100 back-to-back)", lay, batch, 0, 0, target);
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  BK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < kBatch; ++i) BK(step_norms(d.as<float>() + static_cast<std::size_t>(i % kSteps) * n, s));
-  BK(cudaStreamEndCapture(s, &g));
-  BK(cudaGraphInstantiate(&ge, g, 0));
-  const double graph = median_ms([&] { BK(cudaGraphLaunch(ge, s)); }, s, 7, 1) / kBatch;
-  report(label + " (graph of 100)", lay, graph, 0, 0, target);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
 }
 
 double copy_bandwidth(cudaStream_t s) {

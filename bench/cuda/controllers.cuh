@@ -20,32 +20,6 @@
 
 namespace bench {
 
-// The controller step three ways. `step_norms(norms, stream)` is the controller
-// under test: the typed DeviceController<> (the default preset) or one built
-// by name through cuda::make_device (`label` names it in the table).
-template <class StepNorms>
-void time_controller(std::size_t n, const std::string& label, StepNorms&& step_norms, cudaStream_t s);
-
-inline void bench_controller(std::size_t n, cudaStream_t s) {
-  gnmr::cuda::DeviceController<> ctl(n);
-  time_controller(n, "controller step", [&](const float* d, cudaStream_t st) { return ctl.step_norms(d, st); }, s);
-}
-
-// Controllers by name (issues 11 and 20): the systemic rule's actions and the
-// layered controllers, each against the same norm trace as the default row.
-inline void bench_presets(std::size_t n, cudaStream_t s) {
-  for (const char* name : {"gnmr", "gnmr-systemic", "stabilizer+gnmr", "clip+gnmr"}) {
-    auto ctl = gnmr::cuda::make_device(name, n);
-    time_controller(n, std::string("make_device(\"") + name + "\")",
-                    [&](const float* d, cudaStream_t st) { return ctl->step_norms(d, st); }, s);
-  }
-  gnmr::presets::Options o;
-  o.systemic_action = "global-clip";
-  auto gc = gnmr::cuda::make_device("gnmr-systemic", n, o);
-  time_controller(n, "make_device(\"gnmr-systemic\", global-clip)",
-                  [&](const float* d, cudaStream_t st) { return gc->step_norms(d, st); }, s);
-}
-
 // kSteps steps of n unit norms (tracegen: past the warm-up some units
 // trigger, are granted or denied every step), on the device.
 inline int trace_steps(std::size_t n) { return n > 100000 ? 8 : 64; }
@@ -60,6 +34,63 @@ inline gnmr::cuda::DeviceBuffer upload_trace(std::size_t n) {
   gnmr::cuda::DeviceBuffer d(h.size() * sizeof(float));
   BK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
   return d;
+}
+
+// The controller step three ways. `step_norms(norms, stream)` is the controller
+// under test: the typed DeviceController<> (the default preset) or one built
+// by name through cuda::make_device (`label` names it in the table).
+template <class StepNorms>
+void time_controller(std::size_t n, const std::string& label, StepNorms&& step_norms, cudaStream_t s) {
+  const int kSteps = trace_steps(n);
+  gnmr::cuda::DeviceBuffer d = upload_trace(n);
+  int t = 0;
+  const auto one_step = [&] {
+    BK(step_norms(d.as<float>() + static_cast<std::size_t>(t % kSteps) * n, s));
+    ++t;
+  };
+  for (int i = 0; i < 2 * kSteps; ++i) one_step();  // past the warm-up: triggers, grants, denials
+  const std::string lay = std::to_string(n) + " units";
+  const double single = median_ms(one_step, s);
+  const std::string target = n == 10000 && label == "controller step" ? "<= 0.020 ms" : "-";
+  report(label + " (1 step, stream)", lay, single, 0, 0, target);
+  const int kBatch = 100;
+  const double batch = median_ms([&] { for (int i = 0; i < kBatch; ++i) one_step(); }, s, 7, 1) / kBatch;
+  report(label + " (100 back-to-back)", lay, batch, 0, 0, target);
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  BK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  for (int i = 0; i < kBatch; ++i) BK(step_norms(d.as<float>() + static_cast<std::size_t>(i % kSteps) * n, s));
+  BK(cudaStreamEndCapture(s, &g));
+  BK(cudaGraphInstantiate(&ge, g, 0));
+  const double graph = median_ms([&] { BK(cudaGraphLaunch(ge, s)); }, s, 7, 1) / kBatch;
+  report(label + " (graph of 100)", lay, graph, 0, 0, target);
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+}
+
+inline void bench_controller(std::size_t n, cudaStream_t s) {
+  gnmr::cuda::DeviceController<> ctl(n);
+  time_controller(n, "controller step", [&](const float* d, cudaStream_t st) { return ctl.step_norms(d, st); }, s);
+}
+
+// Controllers by name (issues 11 and 20): the systemic rule's actions and the
+// layered controllers, each against the same norm trace as the default row.
+inline void bench_presets(std::size_t n, cudaStream_t s) {
+  gnmr::presets::Options global_clip;
+  global_clip.systemic_action = "global-clip";
+  const struct {
+    const char* name;
+    gnmr::presets::Options opt;
+    const char* label;
+  } cases[] = {{"gnmr", {}, "make_device(\"gnmr\")"},
+               {"gnmr-systemic", {}, "make_device(\"gnmr-systemic\")"},
+               {"stabilizer+gnmr", {}, "make_device(\"stabilizer+gnmr\")"},
+               {"clip+gnmr", {}, "make_device(\"clip+gnmr\")"},
+               {"gnmr-systemic", global_clip, "make_device(\"gnmr-systemic\", global-clip)"}};
+  for (const auto& c : cases) {
+    auto ctl = gnmr::cuda::make_device(c.name, n, c.opt);
+    time_controller(n, c.label, [&](const float* d, cudaStream_t st) { return ctl->step_norms(d, st); }, s);
+  }
 }
 
 // The controller step followed by TelemetryDrain::record (compaction kernel,
@@ -91,35 +122,6 @@ inline void bench_telemetry(std::size_t n, cudaStream_t s) {
     drain.flush(log);
   }
   std::fclose(sink);
-}
-
-template <class StepNorms>
-void time_controller(std::size_t n, const std::string& label, StepNorms&& step_norms, cudaStream_t s) {
-  const int kSteps = trace_steps(n);
-  gnmr::cuda::DeviceBuffer d = upload_trace(n);
-  int t = 0;
-  const auto one_step = [&] {
-    BK(step_norms(d.as<float>() + static_cast<std::size_t>(t % kSteps) * n, s));
-    ++t;
-  };
-  for (int i = 0; i < 2 * kSteps; ++i) one_step();  // past the warm-up: triggers, grants, denials
-  const std::string lay = std::to_string(n) + " units";
-  const double single = median_ms(one_step, s);
-  const std::string target = n == 10000 && label == "controller step" ? "<= 0.020 ms" : "-";
-  report(label + " (1 step, stream)", lay, single, 0, 0, target);
-  const int kBatch = 100;
-  const double batch = median_ms([&] { for (int i = 0; i < kBatch; ++i) one_step(); }, s, 7, 1) / kBatch;
-  report(label + " (100 back-to-back)", lay, batch, 0, 0, target);
-  cudaGraph_t g;
-  cudaGraphExec_t ge;
-  BK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < kBatch; ++i) BK(step_norms(d.as<float>() + static_cast<std::size_t>(i % kSteps) * n, s));
-  BK(cudaStreamEndCapture(s, &g));
-  BK(cudaGraphInstantiate(&ge, g, 0));
-  const double graph = median_ms([&] { BK(cudaGraphLaunch(ge, s)); }, s, 7, 1) / kBatch;
-  report(label + " (graph of 100)", lay, graph, 0, 0, target);
-  cudaGraphExecDestroy(ge);
-  cudaGraphDestroy(g);
 }
 
 }  // namespace bench

@@ -45,7 +45,6 @@ nvcc --version | tail -1
 # A private --target folder on PYTHONPATH, not a venv: the GPU machine's
 # python3 is itself a venv (/opt/torch/.venv), and a venv made from it with
 # --system-site-packages sees the base interpreter's packages, not torch.
-vpy="$py"
 rm -rf "$b/site"
 install=("$py" -m pip install --no-build-isolation --no-index --no-deps --target "$b/site" ./python)
 export PYTHONPATH="$b/site${PYTHONPATH:+:$PYTHONPATH}"
@@ -56,7 +55,7 @@ if ! "${install[@]}" -v >"$out/pip.log" 2>&1; then
   exit 1
 fi
 grep -E "nvcc|arch=" "$out/pip.log" | head -n 3
-"$vpy" -c "import gnmr; assert gnmr.cuda_built(); print('gnmr', gnmr.__version__, 'with CUDA')" || exit 1
+"$py" -c "import gnmr; assert gnmr.cuda_built(); print('gnmr', gnmr.__version__, 'with CUDA')" || exit 1
 
 # --- 2. the C++ references ------------------------------------------------------
 cxx=(g++ -O2 -std=c++17 -ffp-contract=off -Iinclude)
@@ -65,15 +64,15 @@ cxx=(g++ -O2 -std=c++17 -ffp-contract=off -Iinclude)
 
 # --- 3. tests -------------------------------------------------------------------
 rc=0
-if ! "$vpy" -c "import pytest" >/dev/null 2>&1; then
+if ! "$py" -c "import pytest" >/dev/null 2>&1; then
   echo "gpu.sh: this python has no pytest: tests not run (the benchmark still runs)" | tee "$out/pytest.log"
   rc=1
 else
 (cd "$b" && GNMR_PY_REQUIRE_GPU=1 GNMR_PY_REFERENCE="$b/gnmr_py_reference" GNMR_REPLAY="$b/gnmr-replay" \
-  timeout 900 "$vpy" -m pytest -q -p no:cacheprovider -rs "$root/tests/python") 2>&1 | tee "$out/pytest.log"
+  timeout 900 "$py" -m pytest -q -p no:cacheprovider -rs "$root/tests/python") 2>&1 | tee "$out/pytest.log"
 rc=${PIPESTATUS[0]}
 fi
 
 # --- 4. benchmark ---------------------------------------------------------------
-timeout 600 "$vpy" tests/python/bench_adamw_gpu.py 2>&1 | tee "$out/bench.log"
+timeout 600 "$py" tests/python/bench_adamw_gpu.py 2>&1 | tee "$out/bench.log"
 exit "$rc"

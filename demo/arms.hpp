@@ -73,6 +73,15 @@ inline const std::vector<ArmDef>& arm_table() {
        "the stabilizer with GNMR inside it: the chosen gnmr preset"},
       {"stabilizer+random", "stabilizer", {}, P::kTable, Table::kRandom, false, false, "stabilizer+gnmr-promote",
        "the stabilizer with stabilizer+gnmr-promote's promoted operator-steps at random operators and steps"},
+      // Thresholds set per unit from a false-alarm rate (issue 31).
+      {"gnmr-calibrated", "gnmr-calibrated", {}, P::kController, Table::kNone, false, false, "",
+       "calibrated trigger (rate, floor); promote the operator for the lock and clip to kappa*mu"},
+      {"stabilizer+gnmr-calibrated", "stabilizer+gnmr-calibrated", {}, P::kController, Table::kNone, false, false, "",
+       "the stabilizer with gnmr-calibrated inside it"},
+      {"default", "default", {}, P::kController, Table::kNone, false, false, "",
+       "the library's default preset (gnmr::presets::kDefaultPreset)"},
+      {"default-random", "stabilizer", {}, P::kTable, Table::kRandom, false, false, "default",
+       "the stabilizer with default's promoted operator-steps at random operators and steps"},
   };
   return t;
 }
@@ -140,6 +149,8 @@ inline std::string options_text(const gnmr::presets::Options& o) {
   if (o.systemic_kappa) put("systemic_kappa", *o.systemic_kappa);
   if (o.systemic_beta) put("systemic_beta", *o.systemic_beta);
   if (o.deny_kappa) put("deny_kappa", *o.deny_kappa);
+  if (o.rate) put("rate", *o.rate);
+  if (o.floor) put("floor", *o.floor);
   return s.str();
 }
 

@@ -22,6 +22,7 @@ struct Scenario {
   const char* name;
   const char* what;
   std::function<void(RunConfig&)> apply;
+  bool stressed = true;  // false: a recipe with no events (false alarms); not in "all"
 };
 
 // What every scenario shares: a 4-block SwiGLU model, AdamW (0.9, 0.95),
@@ -70,6 +71,23 @@ inline const std::vector<Scenario>& scenario_table() {
          c.quant.wgrad = true;
          c.fault_rate = 0.05;
        }},
+      // Issue 31: each recipe with no events, to count false alarms. A grant
+      // here serves nothing: every promoted operator-step is a false alarm.
+      // (fp4-gradients has no events already: it is its own clean run.)
+      {"clean", "operator-outliers' recipe (FP4 forward, delayed scaling) with no outliers: false alarms",
+       [](RunConfig& c) {
+         bench_base(c);
+         c.quant.fwd_x = c.quant.fwd_w = Fmt::kE2M1;
+         c.quant.scaling = Scaling::kDelayed;
+       },
+       false},
+      {"clean-faults", "grad-faults' recipe (FP4 activations, quantized wgrad) with no faults: false alarms",
+       [](RunConfig& c) {
+         bench_base(c);
+         c.quant.fwd_x = Fmt::kE2M1;
+         c.quant.wgrad = true;
+       },
+       false},
   };
   return t;
 }

@@ -10,6 +10,7 @@
 // change to the training code that can change a result.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -157,6 +158,8 @@ inline void parse_gnmr_set(gnmr::presets::Options& o, const std::string& text) {
     else if (k == "systemic_kappa") o.systemic_kappa = static_cast<float>(to_double(f, v));
     else if (k == "systemic_beta") o.systemic_beta = static_cast<float>(to_double(f, v));
     else if (k == "deny_kappa") o.deny_kappa = static_cast<float>(to_double(f, v));
+    else if (k == "rate") o.rate = static_cast<float>(to_double(f, v));
+    else if (k == "floor") o.floor = static_cast<float>(to_double(f, v));
     else throw std::invalid_argument("--gnmr-set: unknown key '" + k + "'");
   }
 }
@@ -225,12 +228,18 @@ inline const Setting* find_setting(const std::string& flag) {
 }
 
 // Arm overrides (--max-o, --gnmr-set, ...) apply to the gnmr family only;
-// to any other controller they would be an error in presets::make.
+// to any other controller they would be an error in presets::make. Each
+// goes only to the arms whose preset accepts it (rate and floor to the
+// calibrated ones, tau and delta to the others), so one suite can hold both.
 inline void merge_arm(RunConfig& c, const ArmDef& a) {
-  const gnmr::presets::Options given = c.arm.overrides;
+  gnmr::presets::Options given = c.arm.overrides;
   c.arm = a;
-  const std::string& inner = a.controller.substr(a.controller.find('+') + 1);
+  const std::string controller = gnmr::presets::resolve(a.controller);
+  const std::string& inner = controller.substr(controller.find('+') + 1);
   if (inner.rfind("gnmr", 0) != 0) return;
+  const auto accepted = gnmr::presets::detail::find_preset(inner).overrides;
+  for (const auto& k : gnmr::presets::detail::options_given(given))
+    if (std::find(accepted.begin(), accepted.end(), k) == accepted.end()) gnmr::presets::detail::clear_option(given, k);
   auto& o = c.arm.overrides;
   if (given.tau) o.tau = given.tau;
   if (given.delta) o.delta = given.delta;
@@ -249,6 +258,8 @@ inline void merge_arm(RunConfig& c, const ArmDef& a) {
   if (given.systemic_kappa) o.systemic_kappa = given.systemic_kappa;
   if (given.systemic_beta) o.systemic_beta = given.systemic_beta;
   if (given.deny_kappa) o.deny_kappa = given.deny_kappa;
+  if (given.rate) o.rate = given.rate;
+  if (given.floor) o.floor = given.floor;
 }
 
 }  // namespace demo

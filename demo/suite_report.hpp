@@ -117,10 +117,11 @@ inline void write_results_csv(const std::string& path, const std::vector<SuiteRo
 
 // Arms that are controls in the "best control" comparison.
 // Not low, not an all-high reference (high, stabilizer-high), not an arm
-// with GNMR in it.
+// with GNMR in it (the default and its random twin are GNMR inside the
+// stabilizer).
 inline bool is_control(const std::string& arm) {
   const bool all_high = arm == "high" || (arm.size() > 5 && arm.compare(arm.size() - 5, 5, "-high") == 0);
-  return arm != "low" && !all_high && arm.find("gnmr") == std::string::npos;
+  return arm != "low" && !all_high && arm.find("gnmr") == std::string::npos && arm.rfind("default", 0) != 0;
 }
 
 // Per scenario: the table on `os`, rows appended to summary.csv.

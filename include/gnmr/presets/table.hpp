@@ -55,7 +55,21 @@ struct Options {
   // The denied-unit rule, gnmr*: a denied unit is clipped to deny_kappa * mu
   // without a slot (off when not given).
   std::optional<float> deny_kappa;
+  // gnmr-calibrated (CalibratedTrigger): the target false-alarm rate per
+  // unit-step, and the smallest jump (a factor) that may fire.
+  std::optional<float> rate;
+  std::optional<float> floor;
 };
+
+// The name a user gets without naming a preset (Python's Controller and
+// optim.AdamW, the HF and Lightning callbacks, gnmr-replay), and what the
+// name "default" stands for everywhere a name is taken: the stabilizer with
+// the calibrated promotion inside it, the best measured configuration
+// (docs/presets.md, "The default"; docs/stability-verdict.md). The C++
+// GnmrController<> keeps GNMR's own rule as its template defaults.
+inline constexpr const char* kDefaultPreset = "stabilizer+gnmr-calibrated";
+// "default" -> kDefaultPreset; every other name unchanged.
+inline std::string resolve(const std::string& name) { return name == "default" ? std::string(kDefaultPreset) : name; }
 
 namespace detail {
 
@@ -70,6 +84,10 @@ inline const std::vector<PresetInfo>& preset_table() {
       "tau",      "delta", "warmup",          "window",         "delta_window",   "beta",
       "max_o",    "lock",  "cooldown",        "kappa",          "mean",           "systemic_action",
       "systemic_share",    "systemic_maxo",   "systemic_kappa", "systemic_beta",  "deny_kappa"};
+  static const std::vector<std::string> calibrated_knobs = {
+      "rate",           "floor",          "warmup",         "delta_window",   "beta",
+      "max_o",          "lock",           "cooldown",       "kappa",          "systemic_action",
+      "systemic_share", "systemic_maxo",  "systemic_kappa", "systemic_beta",  "deny_kappa"};
   static const std::vector<PresetInfo> t = {
       {"none", false, {}},
       {"clip", true, {"max_norm"}},
@@ -83,6 +101,7 @@ inline const std::vector<PresetInfo>& preset_table() {
       {"gnmr-promote", false, gnmr_knobs},
       {"gnmr-clip", false, gnmr_knobs},
       {"gnmr-systemic", false, gnmr_knobs},
+      {"gnmr-calibrated", false, calibrated_knobs},
   };
   return t;
 }
@@ -116,6 +135,8 @@ inline std::vector<std::string> options_given(const Options& o) {
   if (o.systemic_kappa) g.push_back("systemic_kappa");
   if (o.systemic_beta) g.push_back("systemic_beta");
   if (o.deny_kappa) g.push_back("deny_kappa");
+  if (o.rate) g.push_back("rate");
+  if (o.floor) g.push_back("floor");
   return g;
 }
 
@@ -223,6 +244,7 @@ auto gnmr_any_mean(std::size_t n, Recovery rec, const Options& o, F&& f,
 inline std::vector<std::string> names() {
   std::vector<std::string> v;
   for (const auto& p : detail::preset_table()) v.push_back(p.name);
+  v.push_back("default");
   return v;
 }
 
@@ -234,12 +256,13 @@ inline std::vector<std::string> names() {
 struct LayeredName {
   std::string outer, inner;
 };
-inline bool is_layered(const std::string& name) { return name.find('+') != std::string::npos; }
+inline bool is_layered(const std::string& name) { return resolve(name).find('+') != std::string::npos; }
 
 // Splits and checks "outer+inner": both known presets, the outer not
 // "none" and not a GNMR preset, the inner a GNMR preset (gnmr*). Throws
 // std::invalid_argument otherwise.
-inline LayeredName split_layered(const std::string& name) {
+inline LayeredName split_layered(const std::string& given) {
+  const std::string name = resolve(given);
   const auto plus = name.find('+');
   if (plus == std::string::npos || name.find('+', plus + 1) != std::string::npos)
     throw std::invalid_argument("gnmr: a layered preset is '<outer>+<inner>' with one '+', got '" + name + "'");
@@ -252,7 +275,7 @@ inline LayeredName split_layered(const std::string& name) {
                                 "' must be a peer's preset (clip, zclip, adagc, spam, skip-step, stabilizer)");
   if (!is_gnmr(l.inner))
     throw std::invalid_argument("gnmr: the inner rule of '" + name + "' must be a GNMR preset (gnmr, gnmr-promote, "
-                                "gnmr-clip, gnmr-systemic, gnmr-ladder)");
+                                "gnmr-clip, gnmr-systemic, gnmr-ladder, gnmr-calibrated)");
   return l;
 }
 
@@ -279,6 +302,8 @@ inline void clear_option(Options& o, const std::string& k) {
   if (k == "systemic_kappa") o.systemic_kappa.reset();
   if (k == "systemic_beta") o.systemic_beta.reset();
   if (k == "deny_kappa") o.deny_kappa.reset();
+  if (k == "rate") o.rate.reset();
+  if (k == "floor") o.floor.reset();
 }
 inline bool accepts(const PresetInfo& p, const std::string& k) {
   for (const auto& a : p.overrides)
@@ -346,7 +371,7 @@ inline LayeredPlan plan_layered(const std::string& name, std::size_t num_units, 
 // For a layered name, the inner's then the outer's others. Throws
 // std::invalid_argument for an unknown name.
 inline std::vector<std::string> overrides_of(const std::string& name) {
-  if (!is_layered(name)) return detail::find_preset(name).overrides;
+  if (!is_layered(name)) return detail::find_preset(name).overrides;  // "default" is layered
   const LayeredName l = split_layered(name);
   std::vector<std::string> v = detail::find_preset(l.inner).overrides;
   for (const auto& k : detail::find_preset(l.outer).overrides)
@@ -365,6 +390,7 @@ inline std::vector<std::string> overrides_of(const std::string& name) {
 template <class F>
 auto with_preset(const std::string& name, std::size_t num_units, const Options& o, F&& f)
     -> decltype(f(pass_through(1))) {
+  if (name == "default") return with_preset(resolve(name), num_units, o, std::forward<F>(f));
   const detail::PresetInfo& info = detail::find_preset(name);
   detail::check_overrides(info, o);
   using detail::u32;
@@ -436,6 +462,22 @@ auto with_preset(const std::string& name, std::size_t num_units, const Options& 
     if (o.kappa) r.kappa = *o.kappa;
     return detail::gnmr_any_mean(num_units, r, o, f,
                                  name == "gnmr-systemic" ? gnmr_systemic_rule().action : SystemicAction::kOff);
+  }
+  if (name == "gnmr-calibrated") {
+    CalibratedTrigger t;
+    if (o.rate) t.rate = *o.rate;
+    if (o.floor) t.floor = *o.floor;
+    if (o.warmup) t.warmup = u32("warmup", *o.warmup);
+    if (o.delta_window) t.window = detail::i32("delta_window", *o.delta_window);
+    EmaMean m;
+    if (o.beta) m.beta = *o.beta;
+    ClipAndPromote r;
+    if (o.kappa) r.first.kappa = *o.kappa;
+    MaxO b;
+    if (o.max_o) b.max_o = detail::i32("max_o", *o.max_o);
+    if (o.lock) b.lock = detail::i32("lock", *o.lock);
+    if (o.cooldown) b.cooldown = detail::i32("cooldown", *o.cooldown);
+    return f(GnmrCalibrated(num_units, {}, m, t, r, b, detail::gnmr_options(o, SystemicAction::kOff)));
   }
   if (name == "gnmr" || name == "gnmr-promote") {
     ClipAndPromote r;

@@ -30,6 +30,7 @@
 #include "gnmr/policy/recovery_ladder.hpp"
 #include "gnmr/policy/recovery_norm_replace.hpp"
 #include "gnmr/policy/trigger.hpp"
+#include "gnmr/policy/trigger_calibrated.hpp"
 #include "gnmr/policy/trigger_zscore.hpp"
 
 namespace gnmr {
@@ -78,6 +79,11 @@ using GnmrClip = GnmrWith<ClipToMean>;                // preset "gnmr-clip" (= G
 // mean (gnmr_denied_rule()). GnmrController<> keeps the clip
 // alone in its Recovery slot: it is the policies' defaults, gnmr-clip.
 using Gnmr = GnmrPromote;
+// The preset "gnmr-calibrated" (issue 31): gnmr-promote's action (clip to
+// kappa * mu and promote for the lock) and budget, with thresholds the
+// trigger sets per unit from a false-alarm rate (CalibratedTrigger,
+// docs/algorithm.md, "Calibrated trigger") instead of tau and delta.
+using GnmrCalibrated = GnmrController<L2Norm, EmaMean, CalibratedTrigger, ClipAndPromote, MaxO>;
 
 // The systemic rule of the presets "gnmr" and "gnmr-systemic", and the
 // denied-unit rule of "gnmr" (docs/stability.md, "Choosing the defaults").

@@ -1,0 +1,192 @@
+// gnmr/policy/trigger_calibrated.hpp — a TriggerPolicy that sets its own
+// thresholds from a false-alarm rate (issue 31; docs/algorithm.md,
+// "Calibrated trigger").
+//
+// GNMR's fixed thresholds (r > tau, d > delta) mean different things on
+// different units: a unit whose ratio wanders by +-50% from step to step
+// crosses tau = 3 far more often than a unit that moves by 2%, and which
+// units wander depends on the model, the recipe and the topology (on the
+// Hugging Face stack gnmr promoted 13.7% of operator-steps of a run with
+// nothing to recover). This trigger learns, per unit, where the unit's own
+// signal usually lies and fires only beyond what a target rate of false
+// alarms allows.
+//
+// The signals, in the log2 domain (a ratio of 2 and one of 1/2 are equally
+// far from 1, and multiplicative noise becomes additive):
+//   x = log2(r)                      the level, r = n / mu (GNMR)
+//   j = x - mean(last w values of x)  the jump (Delta-GNMR on log ratios)
+// For each signal an EMA (decay beta, bias-corrected) of its location m and
+// of its mean absolute deviation s around m, both fed a *winsorized* sample
+// (clamped to m +- winsor * s once warmed up), so that the spikes this
+// trigger exists to catch move neither statistic by more than winsor * s *
+// (1 - beta) per step. The tail is modelled as Laplace (exponential) with
+// scale s: P(signal > m + K s) = exp(-K) / 2, so K = ln(1 / rate) puts each
+// rule at rate / 2 and the two together at most at `rate` per unit-step.
+// A rule fires when its signal exceeds max(m + K max(s, min_spread),
+// log2(floor)): the floor keeps a calm unit (s near 0) from firing on a
+// small relative change, whatever its statistics say.
+//
+// Same rules as every policy: fixed-size State, GNMR_HOST_DEVICE, the same
+// bits on host and device (the logs are gnmr/core/log2.hpp's, built from
+// correctly rounded operations), non-finite samples never reach it (the
+// controller flags them first), and a sample is never in the statistic it
+// is judged against (evaluate() reads the state before update() adds the
+// sample). The report's delta column holds j (log2 units).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "gnmr/core/log2.hpp"
+#include "gnmr/core/math.hpp"
+#include "gnmr/core/numeric.hpp"
+#include "gnmr/core/types.hpp"
+#include "gnmr/detail/check.hpp"
+
+namespace gnmr {
+
+namespace detail {
+// One robust running location/spread pair (a signal's statistic).
+struct LogStat {
+  float m;       // EMA of the winsorized samples (raw: divide by 1 - m_pow)
+  float s;       // EMA of |sample - location before it| (raw: divide by 1 - s_pow)
+  float m_pow;   // beta^k for m
+  float s_pow;   // beta^(k-1) for s: the first sample has no deviation
+  std::uint32_t k;  // samples accepted
+};
+GNMR_HOST_DEVICE LogStat logstat_init() { return LogStat{0.0f, 0.0f, 1.0f, 1.0f, 0u}; }
+GNMR_HOST_DEVICE float logstat_loc(const LogStat& a) {
+  return a.k ? math::div(a.m, math::sub(1.0f, a.m_pow)) : 0.0f;
+}
+GNMR_HOST_DEVICE float logstat_spread(const LogStat& a) {
+  return a.k > 1 ? math::div(a.s, math::sub(1.0f, a.s_pow)) : 0.0f;
+}
+}  // namespace detail
+
+template <int Cap = 8>
+struct CalibratedTriggerT {
+  static_assert(Cap >= 1 && Cap <= 64, "CalibratedTriggerT<Cap>: Cap must be in [1, 64]");
+  static constexpr const char* kName = "calibrated";
+  float rate = 1e-3f;        // target false alarms per unit-step (both rules)
+  float floor = 2.0f;        // a rule fires only on a jump of at least this factor
+  std::uint32_t warmup = 20; // samples of a signal's statistic before it may fire
+  float beta = 0.98f;        // EMA decay of the log statistics (about 50 steps)
+  float winsor = 3.0f;       // samples clamped to m +- winsor * s once warm
+  float min_spread = 0.05f;  // log2 units: s is read as at least this
+  int window = 4 < Cap ? 4 : Cap;  // w, the jump's horizon
+  bool clamp_feed = true;    // feed min(n, level threshold) on triggered steps
+
+  struct State {
+    float ring[static_cast<std::size_t>(Cap)];  // last values of x, oldest overwritten first
+    std::uint32_t head;
+    std::uint32_t n;   // values in the ring (saturating at window)
+    detail::LogStat level, jump;
+  };
+  GNMR_HOST_DEVICE static State init() {
+    State s{};
+    s.level = detail::logstat_init();
+    s.jump = detail::logstat_init();
+    return s;
+  }
+
+  // K = ln(1 / rate) (each rule at rate / 2 under the Laplace tail).
+  GNMR_HOST_DEVICE float k_sigma() const { return math::mul(math::log2(math::div(1.0f, rate)), 0.693147181f); }
+  GNMR_HOST_DEVICE float log_floor() const { return math::log2(floor); }
+
+  GNMR_HOST_DEVICE float level_of(const UnitView& v) const { return math::log2(v.ratio); }
+  GNMR_HOST_DEVICE float history_mean(const State& s) const {
+    const std::uint32_t w = static_cast<std::uint32_t>(window);
+    const std::uint32_t n = s.n < w ? s.n : w;
+    float acc = 0.0f;
+    for (std::uint32_t j = 0; j < n; ++j)
+      acc = math::add(acc, s.ring[detail::ring_oldest_first(s.head, w, n, j)]);
+    return n ? math::div(acc, static_cast<float>(n)) : 0.0f;
+  }
+  // A rule's threshold: max(m + K max(s, min_spread), log2(floor)).
+  GNMR_HOST_DEVICE float threshold(const detail::LogStat& a) const {
+    const float sp = math::max(detail::logstat_spread(a), min_spread);
+    return math::max(math::add(detail::logstat_loc(a), math::mul(k_sigma(), sp)), log_floor());
+  }
+  // (value - m) / (threshold - m): above 1 exactly when the rule fires.
+  GNMR_HOST_DEVICE float risk_of(const detail::LogStat& a, float value) const {
+    const float loc = detail::logstat_loc(a);
+    return math::div(math::sub(value, loc), math::sub(threshold(a), loc));
+  }
+
+  GNMR_HOST_DEVICE void evaluate(const State& s, UnitView& v) const {
+    v.delta = 0.0f;
+    v.risk = 0.0f;
+    v.target = math::mul(floor, v.mean);
+    if (v.count == 0) {
+      v.flags |= kWarmup;
+      return;
+    }
+    const float x = level_of(v);
+    const bool has_jump = s.n > 0;
+    const float j = has_jump ? math::sub(x, history_mean(s)) : 0.0f;
+    v.delta = j;
+    if (s.level.k < warmup) {
+      v.flags |= kWarmup;
+      return;
+    }
+    const float tx = threshold(s.level);
+    v.target = math::mul(v.mean, math::exp2(tx));
+    float risk = risk_of(s.level, x);
+    bool fired = x > tx;
+    if (has_jump && s.jump.k >= warmup) {
+      risk = math::max(risk, risk_of(s.jump, j));
+      fired = fired || j > threshold(s.jump);
+    }
+    v.risk = math::max(risk, 0.0f);
+    if (fired) v.flags |= kTriggered;
+  }
+  GNMR_HOST_DEVICE float feed(const UnitView& v) const {
+    return (clamp_feed && (v.flags & kTriggered)) ? math::min(v.norm, v.target) : v.norm;
+  }
+  // One sample into a statistic: winsorized once the statistic is warm.
+  GNMR_HOST_DEVICE void push(detail::LogStat& a, float x) const {
+    const float one_m = math::sub(1.0f, beta);
+    if (a.k > 0) {
+      const float loc = detail::logstat_loc(a);
+      if (a.k >= warmup) {
+        const float w = math::mul(winsor, math::max(detail::logstat_spread(a), min_spread));
+        x = math::min(math::max(x, math::sub(loc, w)), math::add(loc, w));
+      }
+      const float dev = x > loc ? math::sub(x, loc) : math::sub(loc, x);
+      a.s = math::add(math::mul(beta, a.s), math::mul(one_m, dev));
+      a.s_pow = math::mul(a.s_pow, beta);
+    }
+    a.m = math::add(math::mul(beta, a.m), math::mul(one_m, x));
+    a.m_pow = math::mul(a.m_pow, beta);
+    a.k = detail::saturating_inc(a.k);
+  }
+  GNMR_HOST_DEVICE void update(State& s, const UnitView& v) const {
+    if (v.count == 0) return;  // r undefined this step
+    const float x = level_of(v);
+    if (s.n > 0) push(s.jump, math::sub(x, history_mean(s)));
+    push(s.level, x);
+    const std::uint32_t w = static_cast<std::uint32_t>(window);
+    detail::ring_push(s.ring, s.head, w, x);
+    s.n = s.n < w ? s.n + 1 : w;
+  }
+  // The ring's capacity and modulus shape the stored state (io/state_id.hpp).
+  std::string state_key() const { return "cap=" + std::to_string(Cap) + ",window=" + std::to_string(window); }
+  std::string check() const {
+    if (!(rate > 0.0f && rate < 0.5f))
+      return detail::bad("CalibratedTrigger", "rate", "in (0, 0.5)", rate);
+    if (!(floor >= 1.0f) || !(floor < inf_f()))
+      return detail::bad("CalibratedTrigger", "floor", "finite and >= 1", floor);
+    if (window < 1 || window > Cap)
+      return "gnmr: CalibratedTrigger: window must be in [1, " + std::to_string(Cap) +
+             "] (the template's Cap), got " + std::to_string(window);
+    if (warmup < 2)
+      return detail::bad("CalibratedTrigger", "warmup", ">= 2 (a spread needs two samples)", warmup);
+    return detail::first_error({detail::in_range_open_hi("CalibratedTrigger", "beta", beta, 0.0, 1.0),
+                                detail::positive("CalibratedTrigger", "winsor", winsor),
+                                detail::positive("CalibratedTrigger", "min_spread", min_spread)});
+  }
+};
+using CalibratedTrigger = CalibratedTriggerT<8>;
+
+}  // namespace gnmr

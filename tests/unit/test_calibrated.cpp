@@ -1,0 +1,326 @@
+// The calibrated trigger (gnmr/policy/trigger_calibrated.hpp, issue 31) and
+// its deterministic logs (gnmr/core/log2.hpp): against the double-precision
+// reference of tests/unit/calibrated_ref.hpp (written from
+// docs/algorithm.md), and the properties the docs promise: a calm unit
+// never fires, spikes do not teach the statistic, non-finite samples stay
+// out, the false-alarm rate is bounded on a noisy unit, the state survives
+// a blob, and the names ("gnmr-calibrated", "default") on the host.
+#include <catch2/catch.hpp>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gnmr/core/log2.hpp"
+#include "gnmr/io/state.hpp"
+#include "gnmr/presets/make.hpp"
+
+#include "calibrated_ref.hpp"
+
+namespace {
+
+namespace presets = gnmr::presets;
+using presets::Options;
+
+// Rows of norms: per unit a level with log-normal noise of its own spread
+// (1% to 60%), a slow drift, spikes of x3..x500 for 1-5 steps, and a few
+// NaN, Inf and zero entries.
+std::vector<std::vector<float>> noisy_rows(std::uint64_t seed, std::size_t units, int steps, bool bad = true) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::uniform_real_distribution<double> ud(0.0, 1.0);
+  std::vector<double> sd(units), level(units);
+  std::vector<int> spike_left(units, 0);
+  std::vector<double> spike_f(units, 1.0);
+  for (std::size_t u = 0; u < units; ++u) {
+    sd[u] = 0.01 + 0.6 * ud(rng);
+    level[u] = std::exp(4.0 * (ud(rng) - 0.5));
+  }
+  std::vector<std::vector<float>> out;
+  for (int t = 0; t < steps; ++t) {
+    std::vector<float> r(units);
+    for (std::size_t u = 0; u < units; ++u) {
+      double x = level[u] * std::exp(sd[u] * nd(rng) - 0.3 * t / steps);
+      if (spike_left[u] == 0 && ud(rng) < 0.01) {
+        spike_left[u] = 1 + static_cast<int>(ud(rng) * 5);
+        spike_f[u] = std::exp(std::log(3.0) + ud(rng) * (std::log(500.0) - std::log(3.0)));
+      }
+      if (spike_left[u] > 0) {
+        x *= spike_f[u];
+        --spike_left[u];
+      }
+      r[u] = static_cast<float>(x);
+      const double p = ud(rng);
+      if (bad && p < 0.004) r[u] = std::numeric_limits<float>::quiet_NaN();
+      else if (bad && p < 0.006) r[u] = std::numeric_limits<float>::infinity();
+      else if (bad && p < 0.008) r[u] = 0.0f;
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+calref::Params ref_params(const Options& o) {
+  calref::Params p;
+  if (o.rate) p.rate = *o.rate;
+  if (o.floor) p.floor = *o.floor;
+  if (o.warmup) p.warmup = static_cast<std::uint32_t>(*o.warmup);
+  if (o.delta_window) p.window = static_cast<std::size_t>(*o.delta_window);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("log2 and exp2 from rounded operations match the C library's doubles", "[calibrated][log2]") {
+  using gnmr::math::exp2;
+  using gnmr::math::log2;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<std::uint32_t> bits(0x00800000u, 0x7f7fffffu);  // every normal float
+  double worst_log = 0, worst_exp = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const float x = gnmr::detail::bits_to_float(bits(rng));
+    const double want = std::log2(static_cast<double>(x));
+    // at most 2 ulp of the result's magnitude plus 2e-7 near 0
+    const double err = std::fabs(log2(x) - want) / (2e-7 + 2.4e-7 * std::fabs(want));
+    worst_log = std::max(worst_log, err);
+    const float y = -126.0f + 253.98f * static_cast<float>(i) / 200000.0f;
+    worst_exp = std::max(worst_exp, std::fabs(exp2(y) / std::exp2(static_cast<double>(y)) - 1.0));
+  }
+  CHECK(worst_log <= 1.0);
+  CHECK(worst_exp < 6e-7);
+  // exact where the answer is: powers of two, and 2^n for integer n
+  for (int e = -126; e <= 127; ++e) {
+    CHECK(log2(std::ldexp(1.0f, e)) == static_cast<float>(e));
+    CHECK(exp2(static_cast<float>(e)) == std::ldexp(1.0f, e));
+  }
+  // the clamps the docs state
+  CHECK(log2(0.0f) == -126.0f);
+  CHECK(log2(1e-40f) == -126.0f);  // subnormal
+  CHECK(log2(std::numeric_limits<float>::quiet_NaN()) == -126.0f);
+  CHECK(log2(std::numeric_limits<float>::infinity()) == log2(FLT_MAX));
+  CHECK(std::fabs(log2(FLT_MAX) - 128.0f) < 1e-5f);
+  CHECK(exp2(-1000.0f) == std::ldexp(1.0f, -126));
+  CHECK(std::isfinite(exp2(1000.0f)));
+  CHECK(exp2(std::numeric_limits<float>::quiet_NaN()) == std::ldexp(1.0f, -126));
+}
+
+TEST_CASE("gnmr-calibrated's verdicts match the double-precision reference", "[calibrated]") {
+  Options tight;
+  tight.rate = 1e-2f;
+  tight.floor = 1.2f;
+  tight.delta_window = 1;
+  tight.warmup = 5;
+  Options wide;
+  wide.rate = 1e-5f;
+  wide.floor = 4.0f;
+  wide.delta_window = 8;
+  for (const Options& o : {Options{}, tight, wide}) {
+    const std::size_t units = 24;
+    auto ctl = presets::make("gnmr-calibrated", units, o);
+    std::vector<calref::Unit> ref(units, calref::Unit(ref_params(o)));
+    std::size_t compared = 0, fired = 0, ties = 0;
+    for (const auto& row : noisy_rows(11, units, 3000)) {
+      ctl->step_norms(row);
+      for (std::size_t u = 0; u < units; ++u) {
+        const calref::Verdict v = ref[u].step(static_cast<double>(row[u]));
+        const auto& rep = ctl->reports()[u];
+        const bool trig = (rep.flags & gnmr::kTriggered) != 0;
+        if (!v.defined) {
+          REQUIRE_FALSE(trig);
+          continue;
+        }
+        INFO("unit " << u << " x " << v.x << " j " << v.j);
+        CHECK(std::fabs(rep.delta - v.j) <= 1e-4 * (1.0 + std::fabs(v.j)));
+        if (v.margin < 1e-4) {  // a tie at the rounding level: either verdict is right
+          ++ties;
+          continue;
+        }
+        ++compared;
+        fired += v.triggered ? 1 : 0;
+        REQUIRE(trig == v.triggered);
+        if (std::isfinite(v.margin)) CHECK(std::fabs(rep.risk - v.risk) <= 1e-3 * (1.0 + v.risk));
+      }
+    }
+    CHECK(compared > 60000);
+    CHECK(ties < 20);
+    CHECK(fired > 100);  // the comparison covers both verdicts
+    CHECK(fired < compared / 10);
+  }
+}
+
+TEST_CASE("a calm unit never fires, and the floor holds whatever the statistics", "[calibrated]") {
+  auto ctl = presets::make("gnmr-calibrated", 2);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 0.002f);
+  std::uint32_t fired = 0;
+  for (int t = 0; t < 5000; ++t) {
+    const float a = std::exp(nd(rng));
+    const std::vector<float> row = {a, 1.0f};  // a: 0.2% noise; unit 1: perfectly constant
+    ctl->step_norms(row);
+    fired += ctl->summary().triggered;
+  }
+  CHECK(fired == 0u);
+  // 1.9x on the constant unit: many spreads away, but under the floor of 2
+  ctl->step_norms(std::vector<float>{1.0f, 1.9f});
+  CHECK(ctl->summary().triggered == 0u);
+  ctl->step_norms(std::vector<float>{1.0f, 1.0f});
+  ctl->step_norms(std::vector<float>{1.0f, 2.5f});
+  CHECK((ctl->reports()[1].flags & gnmr::kTriggered) != 0u);
+}
+
+TEST_CASE("false alarms stay near the target rate on a heavy-tailed noisy unit", "[calibrated]") {
+  // Log-ratios with a Laplace tail of scale 0.25 (the docs' tail model) on
+  // 200 units x 4000 steps: the measured share of triggered unit-steps
+  // after warm-up is compared with rate.
+  for (float rate : {1e-3f, 1e-2f}) {
+    Options o;
+    o.rate = rate;
+    o.floor = 1.0f;  // the floor off: the rate alone decides
+    const std::size_t units = 200;
+    auto ctl = presets::make("gnmr-calibrated", units, o);
+    std::mt19937_64 rng(17);
+    std::exponential_distribution<double> ex(1.0 / 0.25);
+    std::bernoulli_distribution sign(0.5);
+    std::size_t fired = 0, judged = 0;
+    for (int t = 0; t < 4000; ++t) {
+      std::vector<float> row(units);
+      for (auto& x : row) x = static_cast<float>(std::exp2(sign(rng) ? ex(rng) : -ex(rng)));
+      ctl->step_norms(row);
+      if (t >= 100) {
+        fired += ctl->summary().triggered;
+        judged += units;
+      }
+    }
+    const double share = static_cast<double>(fired) / judged;
+    INFO("rate " << rate << " measured " << share);
+    CHECK(share <= 1.5 * rate);
+    CHECK(share >= 0.1 * rate);  // calibrated, not dead
+  }
+}
+
+TEST_CASE("a spike does not teach the statistic: the next one still fires", "[calibrated]") {
+  auto ctl = presets::make("gnmr-calibrated", 1);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 0.1f);
+  auto noisy = [&] { return std::vector<float>{std::exp(nd(rng))}; };
+  for (int t = 0; t < 200; ++t) ctl->step_norms(noisy());
+  for (int t = 0; t < 5; ++t) {  // five steps at 500x
+    ctl->step_norms(std::vector<float>{500.0f});
+    if (t == 0) CHECK(ctl->summary().triggered == 1u);
+  }
+  for (int t = 0; t < 20; ++t) ctl->step_norms(noisy());
+  CHECK(ctl->summary().triggered == 0u);
+  ctl->step_norms(std::vector<float>{4.0f});  // a 4x spike right after
+  CHECK(ctl->summary().triggered == 1u);
+}
+
+TEST_CASE("non-finite and zero norms stay out of the calibrated statistics", "[calibrated]") {
+  // The same finite samples with and without NaN/Inf/0 steps in between:
+  // the same verdicts, deltas and risks, bit for bit, on the finite steps.
+  const auto clean = noisy_rows(23, 6, 800, false);
+  auto a = presets::make("gnmr-calibrated", 6);
+  auto b = presets::make("gnmr-calibrated", 6);
+  std::mt19937 rng(1);
+  std::size_t compared = 0;
+  for (const auto& row : clean) {
+    if (rng() % 7 == 0) {  // a bad step for every unit in b only
+      const float bad[3] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(), 0.0f};
+      b->step_norms(std::vector<float>(6, bad[rng() % 3]));
+    }
+    a->step_norms(row);
+    b->step_norms(row);
+    for (std::size_t u = 0; u < 6; ++u) {
+      const auto& ra = a->reports()[u];
+      const auto& rb = b->reports()[u];
+      REQUIRE((ra.flags & gnmr::kTriggered) == (rb.flags & gnmr::kTriggered));
+      REQUIRE(ra.delta == rb.delta);
+      REQUIRE(ra.risk == rb.risk);
+      ++compared;
+    }
+  }
+  CHECK(compared == 800u * 6u);
+}
+
+TEST_CASE("gnmr-calibrated's state survives a blob; its window shapes the state", "[calibrated][state]") {
+  const auto rows = noisy_rows(31, 8, 400);
+  auto a = presets::make("gnmr-calibrated", 8);
+  for (int t = 0; t < 200; ++t) a->step_norms(rows[t]);
+  const auto blob = a->save();
+  auto b = presets::make("gnmr-calibrated", 8);
+  b->load(blob);
+  for (int t = 200; t < 400; ++t) {
+    a->step_norms(rows[t]);
+    b->step_norms(rows[t]);
+    for (std::size_t u = 0; u < 8; ++u) {
+      REQUIRE(a->decisions()[u].flags == b->decisions()[u].flags);
+      REQUIRE(a->decisions()[u].scale == b->decisions()[u].scale);
+      REQUIRE(a->reports()[u].risk == b->reports()[u].risk);
+    }
+  }
+  Options w2;
+  w2.delta_window = 2;
+  auto c = presets::make("gnmr-calibrated", 8, w2);
+  const auto before = c->save();
+  CHECK_THROWS_AS(c->load(blob), gnmr::StateError);
+  CHECK(c->save() == before);
+  // rate and floor may change on resume (not state-shaping)
+  Options r;
+  r.rate = 1e-4f;
+  r.floor = 3.0f;
+  auto d = presets::make("gnmr-calibrated", 8, r);
+  CHECK_NOTHROW(d->load(blob));
+}
+
+TEST_CASE("gnmr-calibrated and default by name: overrides, checks, layering", "[calibrated][dyn]") {
+  using Catch::Matchers::Contains;
+  const auto names = presets::names();
+  CHECK(std::find(names.begin(), names.end(), "gnmr-calibrated") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "default") != names.end());
+  CHECK(std::string(presets::kDefaultPreset) == "stabilizer+gnmr-calibrated");
+  CHECK(presets::resolve("default") == presets::kDefaultPreset);
+  CHECK_FALSE(presets::is_global("default"));
+  CHECK(presets::is_layered("default"));
+  CHECK(presets::overrides_of("default") == presets::overrides_of(presets::kDefaultPreset));
+
+  // default is the layered controller, decision for decision
+  auto d = presets::make("default", 12);
+  auto l = presets::make(presets::kDefaultPreset, 12);
+  CHECK(d->name() == "default");
+  std::size_t promoted = 0;
+  for (const auto& row : noisy_rows(41, 12, 600)) {
+    std::vector<float> partials(row.size());
+    for (std::size_t u = 0; u < row.size(); ++u) partials[u] = row[u] * row[u];
+    d->step(partials);
+    l->step(partials);
+    promoted += d->promoted_units().size();
+    for (std::size_t u = 0; u < 12; ++u) {
+      REQUIRE(d->decisions()[u].flags == l->decisions()[u].flags);
+      REQUIRE(d->decisions()[u].scale == l->decisions()[u].scale);
+    }
+  }
+  CHECK(promoted > 0u);
+
+  Options tau;
+  tau.tau = 2.0f;
+  CHECK_THROWS_WITH(presets::make("gnmr-calibrated", 4, tau), Contains("does not apply to preset 'gnmr-calibrated'"));
+  for (float bad : {0.0f, -1.0f, 0.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    Options o;
+    o.rate = bad;
+    CHECK_THROWS_WITH(presets::make("gnmr-calibrated", 4, o), Contains("rate"));
+  }
+  Options fl;
+  fl.floor = 0.5f;
+  CHECK_THROWS_WITH(presets::make("gnmr-calibrated", 4, fl), Contains("floor"));
+  Options w;
+  w.warmup = 1;
+  CHECK_THROWS_WITH(presets::make("gnmr-calibrated", 4, w), Contains("warmup"));
+  // rate goes to the inner rule of the default; the stabilizer takes none
+  Options r;
+  r.rate = 1e-4f;
+  CHECK_NOTHROW(presets::make("default", 4, r));
+}

@@ -26,7 +26,7 @@ struct UsageError : std::runtime_error {
 
 struct Options {
   std::string trace;
-  std::vector<std::string> presets;  // empty: {"gnmr"}
+  std::vector<std::string> presets;  // empty: {"default"}
   gnmr::presets::Options over;       // overrides for presets::make
   std::string events, plot, summary;
   int top = 10;
@@ -41,10 +41,11 @@ Runs gnmr controllers over a recorded trace of per-unit gradient norms
 (CSV: header 'step,<unit1>,<unit2>,...', then one row 'step,<norm1>,...' per
 step; nan/inf/-inf cells are valid) and reports what they did.
 
-  --preset NAME[,NAME...]  presets to run, one run each (default: gnmr):
+  --preset NAME[,NAME...]  presets to run, one run each (default: default,
+                           i.e. stabilizer+gnmr-calibrated):
                            none clip zclip adagc spam skip-step stabilizer
                            gnmr gnmr-ladder gnmr-promote gnmr-clip
-                           gnmr-systemic. clip, zclip and skip-step are
+                           gnmr-systemic gnmr-calibrated default. clip, zclip and skip-step are
                            global: they see one unit, the L2 norm
                            sqrt(sum n_i^2) of each row. OUTER+INNER
                            (stabilizer+gnmr, clip+gnmr-promote, ...) is a
@@ -74,6 +75,9 @@ step; nan/inf/-inf cells are valid) and reports what they did.
   --systemic-kappa X   clip level: kappa * mean of each unit (clip-triggered),
                        kappa * the total norm's mean (global-clip) (default 1)
   --systemic-beta X    EMA decay of the total norm's mean (default 0.99)
+ Calibrated trigger (gnmr-calibrated, default; docs/algorithm.md, "Calibrated trigger"):
+  --rate X         target false alarms per unit-step    (default 1e-3)
+  --floor X        smallest jump (a factor) that fires  (default 2)
  Denied units (gnmr presets; docs/algorithm.md, "Denied units"):
   --deny-kappa X   clip a denied unit to X * mean without a slot (gnmr: 1; others: off)
   --max-norm X     clip, zclip: the fixed norm limit
@@ -193,6 +197,10 @@ inline bool apply(Options& o, const std::string& key, const std::string& v) {
     p.systemic_beta = to_float(k, v);
   } else if (k == "deny-kappa") {
     p.deny_kappa = to_float(k, v);
+  } else if (k == "rate") {
+    p.rate = to_float(k, v);
+  } else if (k == "floor") {
+    p.floor = to_float(k, v);
   } else if (k == "max-norm") {
     p.max_norm = to_float(k, v);
   } else if (k == "z") {
@@ -292,7 +300,7 @@ inline Options parse_args(int argc, char** argv) {
     }
   }
   if (o.trace.empty()) throw UsageError("no trace file given");
-  if (o.presets.empty()) o.presets = {"gnmr"};
+  if (o.presets.empty()) o.presets = {"default"};
   return o;
 }
 

@@ -48,13 +48,17 @@ class Controller:
             recover together), an iterable of parameter groups (dicts with
             ``"params"`` and an optional ``"name"``) or of tensors. All on
             one device, CPU or CUDA.
-        preset: a name from :func:`presets` (``"gnmr"`` by default). Global
-            presets (:func:`is_global`) get one unit over every tensor.
+        preset: a name from :func:`presets`; ``"default"`` (the default)
+            is the best measured configuration, the stabilizer with the
+            calibrated promotion inside it (``"stabilizer+gnmr-calibrated"``,
+            docs/presets.md, "The default"); ``"gnmr"`` is GNMR's own rule.
+            Global presets (:func:`is_global`) get one unit over every tensor.
         **overrides: the preset's parameters, named as gnmr::presets::Options
             in C++: ``tau``, ``delta``, ``warmup``, ``window``,
             ``delta_window``, ``beta``, ``max_o``, ``lock``, ``cooldown``,
             ``kappa``, ``max_norm``, ``z``, ``clip_factor``, ``mean``,
-            ``restart_every`` (stabilizer, spam).
+            ``restart_every`` (stabilizer, spam), ``rate``, ``floor``
+            (gnmr-calibrated, default).
 
     Raises:
         ValueError: an unknown preset or override, an override the preset
@@ -69,7 +73,7 @@ class Controller:
     recorded trace of norms are the same on both (docs/python.md).
     """
 
-    def __init__(self, units: Any, preset: str = "gnmr", **overrides: Override) -> None:
+    def __init__(self, units: Any, preset: str = "default", **overrides: Override) -> None:
         if not isinstance(preset, str):
             raise TypeError(f"gnmr: preset must be a str, got {type(preset).__name__}")
         _C.check_options(preset, overrides)

@@ -173,7 +173,8 @@ REPLAY_FLAGS = {"tau": "--tau", "delta": "--delta", "warmup": "--warmup", "windo
                 "mean": "--mean", "systemic_action": "--systemic-action",
                 "systemic_share": "--systemic-share", "systemic_maxo": "--systemic-maxo",
                 "systemic_kappa": "--systemic-kappa", "systemic_beta": "--systemic-beta",
-                "deny_kappa": "--deny-kappa", "restart_every": "--restart-every"}
+                "deny_kappa": "--deny-kappa", "restart_every": "--restart-every",
+                "rate": "--rate", "floor": "--floor"}
 
 
 def replay_events(exe: str, trace: Path, preset: str, overrides: Dict[str, object],

@@ -10,12 +10,17 @@
 //   gnmr::host_unit_partials(segs, partials);   // partials.size() == num_units
 //   controller.step(partials);
 //
-// Precision: sums of squares are accumulated in double within a segment
-// (in lanes, in the order gnmr/host/sumsq.hpp defines, whichever instruction
-// set runs it) and combined per unit in double, in segment order, then
-// rounded to float once. The result is therefore deterministic for a given layout,
-// within about one fp32 ulp of the exact value, but not bit-identical to a
-// GPU reduction (different summation tree). A unit whose exact sum of squares
+// Precision (L2, RMS): fp32 segments are summed in double (in lanes, in
+// the order gnmr/host/sumsq.hpp defines); bf16 and fp16 segments in the
+// CUDA kernel's order (gnmr/host/chunk_sumsq.hpp: fp32 within each
+// 65,536-element chunk, double across chunks). A unit whose segments are
+// all bf16/fp16 gets exactly the partial gnmr::cuda::NormPlan computes for
+// the same layout (default chunk size, the same addresses modulo 16): a
+// host replay of a GPU's gradients gives its norms bit for bit. A unit with
+// an fp32 segment combines its segments in double, in segment order (a
+// 16-bit segment's value: its chunk partials summed in double, in order),
+// then rounds once. Every build (portable, AVX2, AVX-512) gives the same
+// bits; docs/algorithm.md ("Norms on the host") states the error bounds. A unit whose exact sum of squares
 // exceeds FLT_MAX (|g|_2 > ~1.8e19) rounds to +Inf: the controller then sees
 // a non-finite norm and gives that unit the safety action (skip), which is
 // the right call for a gradient that large. NaN/Inf elements propagate to
@@ -39,6 +44,7 @@
 #include "gnmr/core/math.hpp"
 #include "gnmr/core/numeric.hpp"
 #include "gnmr/core/parallel.hpp"
+#include "gnmr/host/chunk_sumsq.hpp"
 #include "gnmr/host/sumsq.hpp"
 #include "gnmr/policy/norm.hpp"
 
@@ -133,6 +139,51 @@ inline std::vector<double>& segment_scratch(std::size_t n_segs) {
   return seg;
 }
 
+inline bool is_16bit(DType t) { return t == DType::kBF16 || t == DType::kF16; }
+
+// Where the kernel-order pass keeps its chunk partials: per unit a run of
+// the unit's 16-bit chunks in NormPlan's order (segments in order, each cut
+// into kDefaultNormChunk pieces). Grown once per thread, reused after.
+struct ChunkScratch {
+  std::vector<float> cp;                  // chunk partials
+  std::vector<std::uint64_t> unit_off;    // first chunk of each unit (num_units + 1)
+  std::vector<std::uint64_t> seg_off;     // first chunk of each 16-bit segment
+  std::vector<std::uint8_t> mixed;        // the unit has an fp32 segment
+};
+inline ChunkScratch& chunk_scratch(const Segment* segs, std::size_t n_segs, std::size_t num_units) {
+  thread_local ChunkScratch c;
+  c.unit_off.assign(num_units + 1, 0);
+  c.mixed.assign(num_units, 0);
+  if (c.seg_off.size() < n_segs) c.seg_off.resize(n_segs);
+  for (std::size_t i = 0; i < n_segs; ++i) {
+    if (is_16bit(segs[i].dtype))
+      c.unit_off[segs[i].unit + 1] += (segs[i].numel + kDefaultNormChunk - 1) / kDefaultNormChunk;
+    else
+      c.mixed[segs[i].unit] = 1;
+  }
+  for (std::size_t u = 0; u < num_units; ++u) c.unit_off[u + 1] += c.unit_off[u];
+  std::vector<std::uint64_t>& fill = c.seg_off;  // reused below as per-segment offsets
+  thread_local std::vector<std::uint64_t> next;
+  next.assign(c.unit_off.begin(), c.unit_off.end() - 1);
+  for (std::size_t i = 0; i < n_segs; ++i)
+    if (is_16bit(segs[i].dtype)) {
+      fill[i] = next[segs[i].unit];
+      next[segs[i].unit] += (segs[i].numel + kDefaultNormChunk - 1) / kDefaultNormChunk;
+    }
+  if (c.cp.size() < c.unit_off[num_units]) c.cp.resize(c.unit_off[num_units]);
+  return c;
+}
+
+// The kernel's chunk partials of one 16-bit segment, into cp.
+inline void segment_chunks16(const Segment& s, float* cp) {
+  const std::uint16_t* p = static_cast<const std::uint16_t*>(s.data);
+  const bool bf = s.dtype == DType::kBF16;
+  for (std::uint64_t off = 0, k = 0; off < s.numel; off += kDefaultNormChunk, ++k) {
+    const std::uint64_t n = s.numel - off < kDefaultNormChunk ? s.numel - off : kDefaultNormChunk;
+    cp[k] = chunk_sumsq16(p + off, n, bf);
+  }
+}
+
 }  // namespace detail
 
 // Whether every unit must own a segment. A whole model's layout must (a unit
@@ -181,6 +232,36 @@ void host_unit_partials(const Segment* segs, std::size_t n_segs, float* partials
         m = Norm::combine(m, Norm::element(detail::load_element(s, j)));
       acc[s.unit] = static_cast<double>(m);
     }
+  } else if (kernel == detail::HostKernel::kSumSquares) {
+    // fp32 segments: their double sums; bf16/fp16 segments: the kernel's
+    // chunk partials (gnmr/host/chunk_sumsq.hpp), each into its own slot.
+    std::vector<double>& seg = detail::segment_scratch(n_segs);
+    detail::ChunkScratch& cs = detail::chunk_scratch(segs, n_segs, num_units);
+    pfor(n_segs, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) {
+        const Segment& s = segs[i];
+        if (detail::is_16bit(s.dtype))
+          detail::segment_chunks16(s, cs.cp.data() + cs.seg_off[i]);
+        else
+          seg[i] = detail::sumsq_segment(s);
+      }
+    });
+    for (std::size_t u = 0; u < num_units; ++u)
+      if (!cs.mixed[u] && cs.unit_off[u + 1] > cs.unit_off[u])
+        partials[u] = detail::unit_fold_chunks(cs.cp.data() + cs.unit_off[u], cs.unit_off[u + 1] - cs.unit_off[u]);
+    for (std::size_t i = 0; i < n_segs; ++i) {
+      const Segment& s = segs[i];
+      if (!cs.mixed[s.unit]) continue;
+      if (detail::is_16bit(s.dtype)) {
+        const std::uint64_t k = (s.numel + detail::kDefaultNormChunk - 1) / detail::kDefaultNormChunk;
+        for (std::uint64_t c = 0; c < k; ++c) acc[s.unit] += static_cast<double>(cs.cp[cs.seg_off[i] + c]);
+      } else {
+        acc[s.unit] += seg[i];
+      }
+    }
+    for (std::size_t u = 0; u < num_units; ++u)
+      if (cs.mixed[u] || cs.unit_off[u + 1] == cs.unit_off[u]) partials[u] = detail::to_float_rn(acc[u]);
+    return;
   } else {
     // Every unit holds 0, the identity of the other partials. Each segment's
     // value: its sum (double) or its max |x| (a float, exact in double).

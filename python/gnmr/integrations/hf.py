@@ -66,7 +66,7 @@ class GnmrCallback(TrainerCallback):
             than silently starting anew.
     """
 
-    def __init__(self, controller: Optional[Controller] = None, *, preset: str = "gnmr",
+    def __init__(self, controller: Optional[Controller] = None, *, preset: str = "default",
                  units: Optional[Callable[[torch.nn.Module], Any]] = None,
                  take_over_clip: bool = True, resume: Union[bool, str] = True,
                  **overrides: Any) -> None:

@@ -55,7 +55,7 @@ class GnmrCallback(Callback):
             ``pl_module.log_dict``.
     """
 
-    def __init__(self, controller: Optional[Controller] = None, *, preset: str = "gnmr",
+    def __init__(self, controller: Optional[Controller] = None, *, preset: str = "default",
                  units: Optional[Callable[[torch.nn.Module], Any]] = None, log: bool = True,
                  **overrides: Any) -> None:
         if controller is not None and not isinstance(controller, Controller):

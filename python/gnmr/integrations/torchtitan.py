@@ -81,7 +81,7 @@ class GnmrOptimizersContainer(OptimizersContainer):
 
     @dataclass(kw_only=True, slots=True)
     class Config(OptimizersContainer.Config):
-        preset: str = "gnmr"
+        preset: str = "default"
         overrides: Dict[str, Any] = field(default_factory=dict)
         float8_promotion: bool = True
 
@@ -123,7 +123,7 @@ class GnmrOptimizersContainer(OptimizersContainer):
             self.controller.load_state_dict(ctl)
 
 
-def gnmr_adamw(lr: float = 8e-4, *, preset: str = "gnmr", overrides: Dict[str, Any] = None,
+def gnmr_adamw(lr: float = 8e-4, *, preset: str = "default", overrides: Dict[str, Any] = None,
                float8_promotion: bool = True, **kwargs: Any) -> GnmrOptimizersContainer.Config:
     """torchtitan's ``default_adamw`` (one catch-all AdamW group, its
     defaults: betas (0.9, 0.95), eps 1e-8, weight decay 0.1), guarded."""

@@ -12,6 +12,7 @@
 // output is negligible. Single thread: host_unit_partials does not spawn,
 // so the rates use CPU time (the default), which a shared machine's other
 // load does not inflate.
+#include <gnmr/host/chunk_sumsq.hpp>
 #include <gnmr/host/unit_norms.hpp>
 #include <gnmr/policy/norm.hpp>
 
@@ -21,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -117,6 +119,25 @@ void BM_ReadRoofline(benchmark::State& state, LayoutKind kind) {
                           static_cast<std::int64_t>(g.bytes));
 }
 
+// One build of the kernel-order chunk sum (gnmr/host/chunk_sumsq.hpp) over
+// every segment, chunk by chunk: the builds give the same bits, so this
+// says which is fastest here (best_chunk_isa() picks from it).
+void BM_ChunkIsa(benchmark::State& state, LayoutKind kind, gnmr::DType dtype, gnmr::detail::ChunkIsa isa) {
+  const Grads& g = grads(kind, dtype);
+  const bool bf = dtype == gnmr::DType::kBF16;
+  for (auto _ : state) {
+    double acc = 0;
+    for (const gnmr::Segment& s : g.segs) {
+      const auto* p = static_cast<const std::uint16_t*>(s.data);
+      for (std::uint64_t off = 0; off < s.numel; off += 65536)
+        acc += gnmr::detail::chunk_sumsq16(p + off, s.numel - off < 65536 ? s.numel - off : 65536, bf, isa);
+    }
+    benchmark::DoNotOptimize(acc);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                          static_cast<std::int64_t>(g.bytes));
+}
+
 // Registered at static-initialisation time (BENCHMARK_CAPTURE cannot take a
 // template argument); names read BM_HostPartials/<norm>/<layout>_<dtype>.
 template <class Norm>
@@ -139,6 +160,15 @@ const bool registered = [] {
   }
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16})
     add<gnmr::L2Norm>("uniform_1000x64K", LayoutKind::kUniform, t);
+  using gnmr::detail::ChunkIsa;
+  const std::pair<const char*, ChunkIsa> isas[] = {
+      {"portable", ChunkIsa::kPortable}, {"sse", ChunkIsa::kSse}, {"avx2", ChunkIsa::kAvx2}, {"avx512", ChunkIsa::kAvx512}};
+  for (DType t : {DType::kBF16, DType::kF16})
+    for (const auto& i : isas)
+      benchmark::RegisterBenchmark((std::string("BM_ChunkIsa/") + i.first + "/llama_" + gnmr::dtype_name(t)).c_str(),
+                                   BM_ChunkIsa, LayoutKind::kLlama, t, i.second)
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.3);
   return true;
 }();
 

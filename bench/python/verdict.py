@@ -19,6 +19,8 @@ reports, per scenario and arm, against the recipe alone (`low`):
   and what the seeds run can detect.
 
     python bench/python/verdict.py DIR [--against stabilizer] [--csv OUT]
+    python bench/python/verdict.py DIR --base stabilizer --against default-random
+        (a suite without `low`: differences to another arm; issue 31)
 
 Writes a markdown table to stdout and, with --csv, the numbers with their
 interval columns. Standard library + numpy only.
@@ -97,6 +99,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("dir")
     ap.add_argument("--against", default="stabilizer", help="a second reference arm for paired differences")
+    ap.add_argument("--base", default="low", help="the first reference arm (default low, the recipe alone)")
     ap.add_argument("--window", type=int, default=10)
     ap.add_argument("--delta", type=float, default=0.005)
     ap.add_argument("--draws", type=int, default=10000)
@@ -113,24 +116,24 @@ def main() -> None:
         arms = [arm for s, arm in val if s == scen]
         if a.arms:
             arms = [arm for arm in a.arms.split(",") if arm in arms] + \
-                [arm for arm in ("low", "high") if arm in arms and arm not in a.arms.split(",")]
+                [arm for arm in (a.base, "high") if arm in arms and arm not in a.arms.split(",")]
         ig = a.inner_gap.split(",") if a.inner_gap else []
         if ig and not all(arm in arms for arm in ig):
             ig = []
         seeds = sorted(set.intersection(*[set(val[(scen, arm)]) for arm in arms]))
         n = len(seeds)
-        low = np.array([val[(scen, "low")][s] for s in seeds])
+        low = np.array([val[(scen, a.base)][s] for s in seeds])
         if ig:  # the inner gap's two arms, once per scenario
             lo_i = np.array([val[(scen, ig[0])][s] for s in seeds])
             gi = lo_i - np.array([val[(scen, ig[1])][s] for s in seeds])
-        high = np.array([val[(scen, "high")][s] for s in seeds]) if "high" in arms else None
+        high = np.array([val[(scen, "high")][s] for s in seeds]) if "high" in arms and a.base == "low" else None
         ex = {}
         if high is not None:
             for arm in arms:
                 ex[arm] = np.array([excess(a.dir, key[(scen, arm)][s], key[(scen, "high")][s], a.window)
                                     for s in seeds])
         print(f"\n### {scen}: {n} seeds ({seeds[0]}-{seeds[-1]}), window {a.window}\n")
-        print(f"| arm | val (mean) | arm - low [95% CI] | better/worse | gap closed [95% CI] | "
+        print(f"| arm | val (mean) | arm - {a.base} [95% CI] | better/worse | gap closed [95% CI] | "
               f"arm - {a.against} [95% CI] | event excess vs high | recovery share [95% CI] | sd(arm-low) | "
               f"seeds for {a.delta} | detectable |" + (f" {ig[0]} gap closed [95% CI] | sd(arm-{a.against}) |"
                                                        if ig else ""))
@@ -144,7 +147,7 @@ def main() -> None:
             need = math.ceil(((Z_975 + Z_80) * sd / a.delta) ** 2) if sd > 0 else 0
             detect = (Z_975 + Z_80) * sd / math.sqrt(n) if n > 1 else float("nan")
             gap = ci_gap = None
-            if high is not None and arm not in ("low",):
+            if high is not None and arm != a.base:
                 g = low - high
                 gap = float((low - x).mean() / g.mean())
                 ci_gap = boot_ci(lambda i: (low[i] - x[i]).mean() / g[i].mean(), n, a.draws, rng)
@@ -170,11 +173,11 @@ def main() -> None:
                     ig_ci = boot_ci(lambda i: (lo_i[i] - x[i]).mean() / gi[i].mean(), n, a.draws, rng)
                 sd_vs = float(dv.std(ddof=1)) if d_against != "" and n > 1 else float("nan")
                 inner = f" {fmt(ig_gap, ig_ci, 2) if ig_gap is not None else '–'} | {sd_vs:.4f} |"
-            print(f"| {arm} | {x.mean():.4f} | {fmt(md, ci_d) if arm != 'low' else '–'} | "
+            print(f"| {arm} | {x.mean():.4f} | {fmt(md, ci_d) if arm != a.base else '–'} | "
                   f"{int((d < 0).sum())}/{int((d > 0).sum())} | "
                   f"{fmt(gap, ci_gap, 2) if gap is not None and arm != 'high' else ('1' if arm == 'high' else '–')} | "
-                  f"{vs or '–'} | {ex[arm].mean():+.3f} | "
-                  f"{fmt(share, ci_share, 2) if share is not None and arm not in ('low', 'high') else '–'} | "
+                  f"{vs or '–'} | {ex[arm].mean() if ex else float('nan'):+.3f} | "
+                  f"{fmt(share, ci_share, 2) if share is not None and arm not in (a.base, 'high') else '–'} | "
                   f"{sd:.4f} | {need} | {detect:.4f} |" + inner)
             out_rows.append(dict(scenario=scen, arm=arm, seeds=n, val_mean=x.mean(), d_low=md,
                                  d_low_lo=ci_d[0], d_low_hi=ci_d[1],

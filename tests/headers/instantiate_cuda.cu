@@ -16,6 +16,7 @@
 #include <gnmr/policy/mean_peers.hpp>
 #include <gnmr/policy/recovery_ladder.hpp>
 #include <gnmr/policy/recovery_norm_replace.hpp>
+#include <gnmr/policy/trigger_calibrated.hpp>
 #include <gnmr/policy/trigger_zscore.hpp>
 
 template class gnmr::cuda::DeviceController<>;
@@ -25,6 +26,8 @@ template class gnmr::cuda::DeviceController<gnmr::LinfNorm, gnmr::EmaMeanVar,
                                             gnmr::FixedThreshold,
                                             gnmr::Compose<gnmr::ClipToTarget, gnmr::ResetMoments>,
                                             gnmr::MaxO>;
+template class gnmr::cuda::DeviceController<gnmr::L2Norm, gnmr::EmaMean, gnmr::CalibratedTriggerT<16>,
+                                            gnmr::ClipToMean, gnmr::MaxO>;
 template class gnmr::cuda::DeviceController<gnmr::L2Norm, gnmr::EmaSquareMean,
                                             gnmr::AlwaysTrigger, gnmr::NormReplace,
                                             gnmr::Unlimited>;

@@ -18,6 +18,7 @@
 #include <gnmr/policy/recovery_ladder.hpp>
 #include <gnmr/policy/recovery_norm_replace.hpp>
 #include <gnmr/policy/trigger.hpp>
+#include <gnmr/policy/trigger_calibrated.hpp>
 #include <gnmr/policy/trigger_zscore.hpp>
 
 template struct gnmr::WindowMean<1>;
@@ -25,6 +26,8 @@ template struct gnmr::WindowMean<32>;
 template struct gnmr::WindowMean<4096>;
 template struct gnmr::GnmrTriggerT<1>;
 template struct gnmr::GnmrTriggerT<64>;
+template struct gnmr::CalibratedTriggerT<1>;
+template struct gnmr::CalibratedTriggerT<64>;
 template struct gnmr::Compose<gnmr::ClipToMean, gnmr::ResetMoments>;
 template struct gnmr::Compose<gnmr::SkipUnit, gnmr::PromotePrecision, gnmr::GlobalSkip>;
 template struct gnmr::detail::LockRules<gnmr::MaxO>;

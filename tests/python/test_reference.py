@@ -35,6 +35,10 @@ CASES = [
     ("stabilizer+gnmr", {}),
     ("clip+gnmr-promote", {"max_norm": 0.5, "max_o": 2}),
     ("spam+gnmr", {"tau": 2.0, "restart_every": 50}),
+    # The calibrated trigger (issue 31), alone and as the default.
+    ("gnmr-calibrated", {"rate": 1e-2, "floor": 1.5, "warmup": 5}),
+    ("default", {}),
+    ("default", {"rate": 1e-2, "warmup": 5}),
 ]
 
 

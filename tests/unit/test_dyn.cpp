@@ -36,7 +36,7 @@ TEST_CASE("make() builds every preset with the published defaults", "[dyn]") {
   const auto names = presets::names();
   REQUIRE(names == std::vector<std::string>{"none", "clip", "zclip", "adagc", "spam", "skip-step",
                                             "stabilizer", "gnmr", "gnmr-ladder", "gnmr-promote",
-                                            "gnmr-clip", "gnmr-systemic"});
+                                            "gnmr-clip", "gnmr-systemic", "gnmr-calibrated", "default"});
   CHECK(presets::is_global("clip"));
   CHECK(presets::is_global("zclip"));
   CHECK(presets::is_global("skip-step"));
@@ -51,7 +51,8 @@ TEST_CASE("make() builds every preset with the published defaults", "[dyn]") {
     CHECK(d->num_units() == units_for(name));
     CHECK(d->steps_done() == 0);
     const std::uint32_t slots = d->max_in_recovery();
-    CHECK(slots == (name.rfind("gnmr", 0) == 0 ? 4u : 0xffffffffu));
+    // GNMR's budget (the default's is its inner gnmr-calibrated's)
+    CHECK(slots == (name.rfind("gnmr", 0) == 0 || name == "default" ? 4u : 0xffffffffu));
     // The safety action holds for every preset: a non-finite unit is skipped.
     for (const auto& r : rows(7, d->num_units(), 300)) {
       d->step_norms(r);
@@ -90,6 +91,7 @@ TEST_CASE("make() with no overrides equals the typed factories", "[dyn]") {
   check("gnmr-promote", presets::gnmr_promote(5));
   check("gnmr-clip", presets::gnmr_clip(5));
   check("gnmr-systemic", presets::gnmr_systemic(5));
+  check("gnmr-calibrated", presets::gnmr_calibrated(5));
 }
 
 TEST_CASE("every override reaches its policy", "[dyn]") {

@@ -114,9 +114,14 @@ TEST_CASE("with_preset hands over the controller that make() wraps", "[dyn][pres
   gnmr::presets::Options o;
   o.max_o = 2;
   o.tau = 2.5f;
+  gnmr::presets::Options oc;  // the calibrated trigger takes rate, not tau
+  oc.max_o = 2;
+  oc.rate = 1e-2f;
   for (const std::string& name : gnmr::presets::names()) {
+    if (gnmr::presets::is_layered(name)) continue;  // "default": test_layered.cpp, test_calibrated.cpp
     const bool gnmr_like = name.rfind("gnmr", 0) == 0;
-    const gnmr::presets::Options& opt = gnmr_like ? o : gnmr::presets::Options{};
+    const gnmr::presets::Options& opt =
+        name == "gnmr-calibrated" ? oc : (gnmr_like ? o : gnmr::presets::Options{});
     const std::size_t n = gnmr::presets::is_global(name) ? 1 : 5;
     auto dyn = gnmr::presets::make(name, n, opt);
     std::vector<std::vector<float>> trace = {{1.0f, 4.0f, 1.0f, 0.5f, 2.0f}, {1.1f, 3.9f, 0.9f, 0.6f, 2.1f},

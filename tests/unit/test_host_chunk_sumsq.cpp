@@ -84,15 +84,17 @@ TEST_CASE("every build of the chunk sum gives the same bits", "[norms][chunk-ord
         const float a = gnmr::detail::chunk_sumsq16(p, n, bf, ChunkIsa::kPortable);
         const float b = gnmr::detail::chunk_sumsq16(p, n, bf, ChunkIsa::kAvx2);
         const float c = gnmr::detail::chunk_sumsq16(p, n, bf, ChunkIsa::kAvx512);
+        const float d = gnmr::detail::chunk_sumsq16(p, n, bf, ChunkIsa::kSse);
         INFO("bf16 " << bf << " n " << n << " shift " << shift);
         REQUIRE(std::memcmp(&a, &b, 4) == 0);
         REQUIRE(std::memcmp(&a, &c, 4) == 0);
+        REQUIRE(std::memcmp(&a, &d, 4) == 0);
       }
     }
     // NaN gives NaN on every build
     std::vector<std::uint16_t> v(5000, enc(0.5f, bf));
     v[1234] = bf ? 0x7fc0 : 0x7e00;
-    for (ChunkIsa isa : {ChunkIsa::kPortable, ChunkIsa::kAvx2, ChunkIsa::kAvx512})
+    for (ChunkIsa isa : {ChunkIsa::kPortable, ChunkIsa::kSse, ChunkIsa::kAvx2, ChunkIsa::kAvx512})
       CHECK(std::isnan(gnmr::detail::chunk_sumsq16(v.data(), v.size(), bf, isa)));
   }
 }

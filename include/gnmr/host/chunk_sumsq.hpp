@@ -30,9 +30,11 @@
 //
 // Accuracy (derived in docs/algorithm.md, "Norms on the host"; tested
 // against a double reference in tests/unit/test_host_chunk_sumsq.cpp): a
-// chunk's partial is within (m + 11) u of the exact sum of squares, u =
-// 2^-24, m = ceil(n / 2048) + 1 the additions into one accumulator; the
-// unit's fold adds about 2^-53 per chunk and one final rounding (u/2).
+// chunk's partial is within gamma_k = k u / (1 - k u) of the exact sum of
+// squares, u = 2^-24, k = ceil(n / 2048) + 13 (the terms of one accumulator,
+// 3 additions of a thread's fold, 8 of the block tree, the square's
+// rounding): 45 u for a full chunk; the unit's double fold adds about
+// 2^-53 per chunk and the final rounding u / 2.
 #pragma once
 
 #include <cstddef>
@@ -73,7 +75,44 @@ inline T host_block_tree(T* v) {
 }
 
 // Thread values from the 2048 accumulators (8 per thread, pairwise 4, 2, 1),
-// then the block tree.
+// then the block tree. The SSE2 form does the same additions on the same
+// operands, four threads at a time after a 4x4 transpose, and the block
+// tree's levels as vector adds of neighbouring halves: the same bits, at a
+// third of the scalar form's cost (which was 7% of a full chunk's time).
+#if GNMR_HOST_X86_SIMD
+inline float fold_chunk_accs(const float* acc) {
+  alignas(16) float t[kNormThreads];
+  for (std::uint32_t tid = 0; tid < kNormThreads; tid += 4) {
+    const float* a = acc + tid * 8;
+    __m128 s0 = _mm_add_ps(_mm_load_ps(a), _mm_load_ps(a + 4));  // thread tid: a[j] + a[j+4]
+    __m128 s1 = _mm_add_ps(_mm_load_ps(a + 8), _mm_load_ps(a + 12));
+    __m128 s2 = _mm_add_ps(_mm_load_ps(a + 16), _mm_load_ps(a + 20));
+    __m128 s3 = _mm_add_ps(_mm_load_ps(a + 24), _mm_load_ps(a + 28));
+    _MM_TRANSPOSE4_PS(s0, s1, s2, s3);  // s_j = lane j of the four threads
+    const __m128 u0 = _mm_add_ps(s0, s2), u1 = _mm_add_ps(s1, s3);  // a[j] + a[j+2], j = 0, 1
+    _mm_store_ps(t + tid, _mm_add_ps(u0, u1));                       // a[0] + a[1]
+  }
+  // Each warp: offsets 16, 8, 4 as vector adds, 2 and 1 inside a register.
+  __m128 w[8];
+  for (std::uint32_t k = 0; k < 8; ++k) {
+    float* v = t + 32 * k;
+    __m128 a0 = _mm_add_ps(_mm_load_ps(v), _mm_load_ps(v + 16)), a1 = _mm_add_ps(_mm_load_ps(v + 4), _mm_load_ps(v + 20));
+    __m128 a2 = _mm_add_ps(_mm_load_ps(v + 8), _mm_load_ps(v + 24)), a3 = _mm_add_ps(_mm_load_ps(v + 12), _mm_load_ps(v + 28));
+    a0 = _mm_add_ps(a0, a2);
+    a1 = _mm_add_ps(a1, a3);
+    a0 = _mm_add_ps(a0, a1);                       // offset 4
+    a0 = _mm_add_ps(a0, _mm_movehl_ps(a0, a0));     // offset 2
+    w[k] = _mm_add_ss(a0, _mm_shuffle_ps(a0, a0, 1));  // offset 1: lane 0 is the warp's value
+  }
+  // The warp values padded with zeros to 32: offsets 16 and 8 add zeros
+  // (x + 0 = x for these non-negative sums), then 4, 2, 1 over the eight.
+  float s[8];
+  for (std::uint32_t k = 0; k < 8; ++k) s[k] = _mm_cvtss_f32(w[k]) + 0.0f;
+  for (std::uint32_t off = 4; off >= 1; off /= 2)
+    for (std::uint32_t l = 0; l < off; ++l) s[l] = s[l] + s[l + off];
+  return s[0];
+}
+#else
 inline float fold_chunk_accs(const float* acc) {
   float t[kNormThreads];
   for (std::uint32_t tid = 0; tid < kNormThreads; ++tid) {
@@ -85,80 +124,130 @@ inline float fold_chunk_accs(const float* acc) {
   }
   return host_block_tree(t);
 }
+#endif
 
 // The body rows: acc[e mod 2048] += sq(body[e]) for e < len (len a multiple
-// of 8), in increasing e. Portable build.
+// of 8), in increasing e. Portable build: one loop per dtype, so that the
+// compiler vectorises the bf16 one (a shift) at least with SSE2.
 inline void chunk_rows_portable(float* acc, const std::uint16_t* body, std::uint64_t len, bool is_bf16) {
   for (std::uint64_t r = 0; r < len; r += kChunkAccs) {
     const std::uint64_t cnt = len - r < kChunkAccs ? len - r : kChunkAccs;
     const std::uint16_t* q = body + r;
-    for (std::uint64_t e = 0; e < cnt; ++e) acc[e] = acc[e] + sq16(q[e], is_bf16);
-  }
-}
-
-#if GNMR_HOST_X86_SIMD
-// bf16 -> fp32: the 16 bits above 16 zero bits (exact, NaN kept); fp16 by
-// F16C (exact for every value, subnormals included whatever DAZ says).
-__attribute__((target("avx2,f16c"))) inline void chunk_rows_avx2(float* acc, const std::uint16_t* body,
-                                                                 std::uint64_t len, bool is_bf16) {
-  for (std::uint64_t r = 0; r < len; r += kChunkAccs) {
-    const std::uint64_t cnt = len - r < kChunkAccs ? len - r : kChunkAccs;
-    const std::uint16_t* q = body + r;
     if (is_bf16) {
-      for (std::uint64_t e = 0; e < cnt; e += 8) {
-        const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(q + e));  // 16-byte aligned
-        const __m256 x = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
-        _mm256_store_ps(acc + e, _mm256_add_ps(_mm256_load_ps(acc + e), _mm256_mul_ps(x, x)));
+      for (std::uint64_t e = 0; e < cnt; ++e) {
+        const float x = bits_to_float(static_cast<std::uint32_t>(q[e]) << 16);
+        acc[e] = acc[e] + x * x;
       }
     } else {
-      for (std::uint64_t e = 0; e < cnt; e += 8) {
-        const __m256 x = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(q + e)));
-        _mm256_store_ps(acc + e, _mm256_add_ps(_mm256_load_ps(acc + e), _mm256_mul_ps(x, x)));
+      for (std::uint64_t e = 0; e < cnt; ++e) {
+        const float x = f16_bits_to_float(q[e]);
+        acc[e] = acc[e] + x * x;
       }
     }
   }
 }
 
-// 16 at a time; a row's length is a multiple of 8, so an odd group of 8 is
-// left to the 256-bit step (same lanes, same order). The zero-masked forms
-// with an all-ones mask are the plain instructions; GCC 12's plain
-// intrinsics pass an "undefined" register that -Wmaybe-uninitialized
-// reports in the user's build.
-__attribute__((target("avx512f,avx512bw,avx2,f16c"))) inline void chunk_rows_avx512(float* acc,
-                                                                                   const std::uint16_t* body,
-                                                                                   std::uint64_t len, bool is_bf16) {
-  const __mmask16 kAll = 0xffff;
+#if GNMR_HOST_X86_SIMD
+// The vector builds: a row at a time, each group of 4, 8 or 16 accumulators
+// loaded, given the row's squares and stored back, as the portable loop
+// does element by element (the accumulators, 8 KB, stay in L1). Two
+// variants that move fewer accumulators measured slower on this CPU
+// (docs/performance.md): several rows per load and store (the rows are
+// 4 KB apart: 0.6x of the read roofline against 0.85x), and blocks of
+// accumulators held in registers down the rows (0.4-0.5x).
+// bf16 -> fp32: the 16 bits above 16 zero bits (exact, NaN kept); fp16 by
+// F16C (exact for every value, subnormals included whatever DAZ says).
+template <bool kBf16>
+__attribute__((target("avx2,f16c"))) inline __m256 widen8(const std::uint16_t* q) {
+  const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(q));  // 16-byte aligned
+  if (kBf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+  return _mm256_cvtph_ps(v);
+}
+
+template <bool kBf16>
+__attribute__((target("avx2,f16c"))) inline void chunk_rows_avx2(float* acc, const std::uint16_t* body,
+                                                                 std::uint64_t len) {
+  for (std::uint64_t r = 0; r < len; r += kChunkAccs) {
+    const std::uint64_t cnt = len - r < kChunkAccs ? len - r : kChunkAccs;
+    const std::uint16_t* q = body + r;
+    for (std::uint64_t e = 0; e < cnt; e += 8) {
+      const __m256 x = widen8<kBf16>(q + e);
+      _mm256_store_ps(acc + e, _mm256_add_ps(_mm256_load_ps(acc + e), _mm256_mul_ps(x, x)));
+    }
+  }
+}
+
+// The 128-bit build (SSE2; F16C for fp16), 32 elements an iteration. The
+// fastest build on the CPU measured (docs/performance.md): the 256- and
+// 512-bit ones, bit for bit the same, ran slower in the same runs, so
+// best_chunk_isa() picks this one wherever F16C exists.
+template <bool kBf16>
+__attribute__((target("sse2,f16c"))) inline void sse_step8(float* acc, const std::uint16_t* q) {
+  const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(q));  // 16-byte aligned
+  __m128 lo, hi;
+  if (kBf16) {
+    const __m128i z = _mm_setzero_si128();
+    lo = _mm_castsi128_ps(_mm_unpacklo_epi16(z, v));
+    hi = _mm_castsi128_ps(_mm_unpackhi_epi16(z, v));
+  } else {
+    lo = _mm_cvtph_ps(v);
+    hi = _mm_cvtph_ps(_mm_unpackhi_epi64(v, v));
+  }
+  _mm_store_ps(acc, _mm_add_ps(_mm_load_ps(acc), _mm_mul_ps(lo, lo)));
+  _mm_store_ps(acc + 4, _mm_add_ps(_mm_load_ps(acc + 4), _mm_mul_ps(hi, hi)));
+}
+
+template <bool kBf16>
+__attribute__((target("sse2,f16c"))) inline void chunk_rows_sse(float* acc, const std::uint16_t* body,
+                                                               std::uint64_t len) {
   for (std::uint64_t r = 0; r < len; r += kChunkAccs) {
     const std::uint64_t cnt = len - r < kChunkAccs ? len - r : kChunkAccs;
     const std::uint16_t* q = body + r;
     std::uint64_t e = 0;
-    if (is_bf16) {
-      for (; e + 16 <= cnt; e += 16) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + e));
-        const __m512 x = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll, _mm512_maskz_cvtepu16_epi32(kAll, v), 16));
-        _mm512_store_ps(acc + e, _mm512_add_ps(_mm512_load_ps(acc + e), _mm512_mul_ps(x, x)));
-      }
-      if (e < cnt) {
-        const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(q + e));
-        const __m256 x = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
-        _mm256_store_ps(acc + e, _mm256_add_ps(_mm256_load_ps(acc + e), _mm256_mul_ps(x, x)));
-      }
-    } else {
-      for (; e + 16 <= cnt; e += 16) {
-        const __m512 x = _mm512_maskz_cvtph_ps(kAll, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + e)));
-        _mm512_store_ps(acc + e, _mm512_add_ps(_mm512_load_ps(acc + e), _mm512_mul_ps(x, x)));
-      }
-      if (e < cnt) {
-        const __m256 x = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(q + e)));
-        _mm256_store_ps(acc + e, _mm256_add_ps(_mm256_load_ps(acc + e), _mm256_mul_ps(x, x)));
-      }
+    for (; e + 32 <= cnt; e += 32) {
+      sse_step8<kBf16>(acc + e, q + e);
+      sse_step8<kBf16>(acc + e + 8, q + e + 8);
+      sse_step8<kBf16>(acc + e + 16, q + e + 16);
+      sse_step8<kBf16>(acc + e + 24, q + e + 24);
+    }
+    for (; e < cnt; e += 8) sse_step8<kBf16>(acc + e, q + e);
+  }
+}
+
+// 16 at a time. The zero-masked forms with an all-ones mask are the plain
+// instructions; GCC 12's plain intrinsics pass an "undefined" register that
+// -Wmaybe-uninitialized reports in the user's build.
+template <bool kBf16>
+__attribute__((target("avx512f,avx512bw,avx2,f16c"))) inline __m512 widen16(const std::uint16_t* q) {
+  const __mmask16 all = 0xffff;
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  if (kBf16) return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, _mm512_maskz_cvtepu16_epi32(all, v), 16));
+  return _mm512_maskz_cvtph_ps(all, v);
+}
+
+template <bool kBf16>
+__attribute__((target("avx512f,avx512bw,avx2,f16c"))) inline void chunk_rows_avx512(float* acc,
+                                                                                   const std::uint16_t* body,
+                                                                                   std::uint64_t len) {
+  for (std::uint64_t r = 0; r < len; r += kChunkAccs) {
+    const std::uint64_t cnt = len - r < kChunkAccs ? len - r : kChunkAccs;
+    const std::uint16_t* q = body + r;
+    std::uint64_t e = 0;
+    for (; e + 16 <= cnt; e += 16) {
+      const __m512 x = widen16<kBf16>(q + e);
+      _mm512_store_ps(acc + e, _mm512_add_ps(_mm512_load_ps(acc + e), _mm512_mul_ps(x, x)));
+    }
+    if (e < cnt) {  // a row's length is a multiple of 8: an odd group of 8 by the 256-bit step
+      const __m256 x = widen8<kBf16>(q + e);
+      _mm256_store_ps(acc + e, _mm256_add_ps(_mm256_load_ps(acc + e), _mm256_mul_ps(x, x)));
     }
   }
 }
 #endif
 
-// Which build runs the rows: 0 portable, 1 AVX2+F16C, 2 AVX-512 (F, BW).
-enum class ChunkIsa : int { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+// Which build runs the rows: portable C++, SSE2 (+F16C), AVX2+F16C,
+// AVX-512 (F, BW). All give the same bits.
+enum class ChunkIsa : int { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kSse = 3 };
 
 inline bool host_has_avx512bw() {
 #if GNMR_HOST_X86_SIMD
@@ -171,8 +260,7 @@ inline bool host_has_avx512bw() {
 }
 
 inline ChunkIsa best_chunk_isa() {
-  if (host_has_avx512bw()) return ChunkIsa::kAvx512;
-  if (host_has_avx2_f16c()) return ChunkIsa::kAvx2;
+  if (host_has_avx2_f16c()) return ChunkIsa::kSse;  // F16C present: the fastest build measured (above)
   return ChunkIsa::kPortable;
 }
 
@@ -190,10 +278,12 @@ inline float chunk_sumsq16(const std::uint16_t* p, std::uint64_t n, bool is_bf16
   const std::uint64_t len = (n - h) / 8 * 8;
   const std::uint16_t* body = p + h;
 #if GNMR_HOST_X86_SIMD
-  if (isa == ChunkIsa::kAvx512 && host_has_avx512bw())
-    chunk_rows_avx512(acc, body, len, is_bf16);
+  if (isa == ChunkIsa::kSse && host_has_avx2_f16c())
+    is_bf16 ? chunk_rows_sse<true>(acc, body, len) : chunk_rows_sse<false>(acc, body, len);
+  else if (isa == ChunkIsa::kAvx512 && host_has_avx512bw())
+    is_bf16 ? chunk_rows_avx512<true>(acc, body, len) : chunk_rows_avx512<false>(acc, body, len);
   else if (isa != ChunkIsa::kPortable && host_has_avx2_f16c())
-    chunk_rows_avx2(acc, body, len, is_bf16);
+    is_bf16 ? chunk_rows_avx2<true>(acc, body, len) : chunk_rows_avx2<false>(acc, body, len);
   else
     chunk_rows_portable(acc, body, len, is_bf16);
 #else

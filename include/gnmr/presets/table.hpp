@@ -146,7 +146,9 @@ inline const PresetInfo& find_preset(const std::string& name) {
     if (name == p.name) return p;
     all.push_back(p.name);
   }
-  throw std::invalid_argument("gnmr: unknown preset '" + name + "'; valid presets: " + join(all));
+  all.push_back("default");
+  throw std::invalid_argument("gnmr: unknown preset '" + name + "'; valid presets: " + join(all) +
+                              ", or '<outer>+<inner>' (a layered controller)");
 }
 
 inline void check_overrides(const PresetInfo& p, const Options& o) {

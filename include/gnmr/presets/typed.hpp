@@ -250,6 +250,12 @@ inline GnmrPromote gnmr_promote(std::size_t num_units, float kappa = 1.0f) {
 
 inline GnmrPromoteOnly gnmr_promote_only(std::size_t num_units) { return GnmrPromoteOnly(num_units); }
 
+// The preset "gnmr-calibrated": the calibrated trigger (rate 1e-3, floor 2
+// by default) with gnmr-promote's clip and promotion, maxO 4, lock 8.
+inline GnmrCalibrated gnmr_calibrated(std::size_t num_units, CalibratedTrigger trigger = {}, float kappa = 1.0f) {
+  return GnmrCalibrated(num_units, {}, {}, trigger, ClipAndPromote{ClipToMean{kappa}, {PromotePrecision{}}}, {});
+}
+
 inline GnmrClip gnmr_clip(std::size_t num_units, float kappa = 1.0f) {
   return GnmrClip(num_units, {}, {}, {}, ClipToMean{kappa}, {});
 }

@@ -4,6 +4,8 @@
 
 #include <ATen/Parallel.h>
 
+#include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -53,7 +55,18 @@ std::uint64_t total_numel(const std::vector<T>& xs) {
 
 void check_trace_order(bool tracing, std::int64_t last_trace_step, const std::string& blob) {
   if (!tracing) return;
-  const gnmr::StateInfo info = gnmr::read_state_info(blob.data(), blob.size());
+  // A layered preset's blob ("outer+inner", the default) nests two state
+  // blobs; the inner's step count is the controller's.
+  const void* data = blob.data();
+  std::size_t size = blob.size();
+  std::uint32_t magic = 0;
+  if (size >= 4) std::memcpy(&magic, data, 4);
+  if (magic == gnmr::detail::kLayeredMagic) {
+    const gnmr::detail::NestedBlobs nb = gnmr::detail::split_blobs(data, size);
+    data = nb.inner;
+    size = nb.inner_size;
+  }
+  const gnmr::StateInfo info = gnmr::read_state_info(data, size);
   if (info.steps_done < last_trace_step)
     throw std::invalid_argument("gnmr: load_state_dict: the state is at step " + std::to_string(info.steps_done) +
                                 " but the open trace already has step " + std::to_string(last_trace_step) +

@@ -39,12 +39,16 @@ const char* kUsage = R"(gnmr-demo: low-precision training of a small character-l
 Benchmark suite (docs/stability.md):
   gnmr-demo --scenario LIST --arms LIST --seeds LIST --out DIR [--jobs N] [settings]
   --scenario LIST   comma-separated, or all: lr-burst, operator-outliers,
-                    fp4-gradients, grad-faults
+                    fp4-gradients, grad-faults; by name only (no events:
+                    false alarms): clean, clean-faults
   --arms LIST       comma-separated, or all (default; without `clip` while
                     the recipe clips, without arms this gnmr build lacks):
                     low, high, gnmr, gnmr-promote, gnmr-clip, gnmr-systemic,
                     random-at-triggers, random, fixed-list, clip, zclip,
-                    adagc, spam, skip-step, stabilizer
+                    adagc, spam, skip-step, stabilizer, stabilizer-high,
+                    stabilizer+gnmr-promote, stabilizer+gnmr,
+                    stabilizer+random, gnmr-calibrated,
+                    stabilizer+gnmr-calibrated, default, default-random
   --seeds LIST      e.g. 1,2,3 or 1-5 (default 1). Seeds 1-5 are the
                     development seeds, 6-10 the report's (docs/stability.md)
   --jobs N          runs in parallel, one process and one thread each (default 1)

@@ -225,6 +225,16 @@ CATCH_TEST_CASE("operator units and the cache key", "[demo][bench]") {
   CATCH_CHECK(keys.insert(demo::run_key(demo::build_config("lr-burst", "gnmr-promote", 1, none))).second);
   CATCH_CHECK_THROWS_AS(demo::build_config("operator-outliers", "zclip", 1, {{"--bwd", "e4m3"}, {"--scaling", "block16"}}),
                         std::invalid_argument);
+  // --gnmr-set goes only to the arms whose preset takes the key: rate to the
+  // calibrated ones (and the default), tau to the others.
+  const auto dflt = demo::build_config("operator-outliers", "default", 1, none);
+  CATCH_CHECK(demo::run_key(demo::build_config("operator-outliers", "gnmr-promote", 1, {{"--gnmr-set", "rate=0.01"}})) ==
+              demo::run_key(base));
+  CATCH_CHECK(demo::run_key(demo::build_config("operator-outliers", "default", 1, {{"--gnmr-set", "tau=2.5"}})) ==
+              demo::run_key(dflt));
+  CATCH_CHECK(demo::run_key(demo::build_config("operator-outliers", "default", 1, {{"--gnmr-set", "rate=0.01"}})) !=
+              demo::run_key(dflt));
+  CATCH_CHECK(keys.insert(demo::run_key(demo::build_config("clean", "default", 1, none))).second);
   CATCH_CHECK_THROWS_AS(demo::build_config("no-such", "low", 1, none), std::invalid_argument);
   CATCH_CHECK_THROWS_AS(demo::build_config("lr-burst", "no-such", 1, none), std::invalid_argument);
 }

@@ -85,6 +85,8 @@ inline void bench_presets(std::size_t n, cudaStream_t s) {
   } cases[] = {{"gnmr", {}, "make_device(\"gnmr\")"},
                {"gnmr-systemic", {}, "make_device(\"gnmr-systemic\")"},
                {"stabilizer+gnmr", {}, "make_device(\"stabilizer+gnmr\")"},
+               {"gnmr-calibrated", {}, "make_device(\"gnmr-calibrated\")"},
+               {"default", {}, "make_device(\"default\") (stabilizer+gnmr-calibrated)"},
                {"clip+gnmr", {}, "make_device(\"clip+gnmr\")"},
                {"gnmr-systemic", global_clip, "make_device(\"gnmr-systemic\", global-clip)"}};
   for (const auto& c : cases) {

@@ -407,6 +407,8 @@ class Controller:
         self.close()
 
     def __repr__(self) -> str:
+        if not hasattr(self, "_device"):  # __init__ raised (a traceback may still print us)
+            return "gnmr.Controller(<not constructed>)"
         return (f"gnmr.Controller(preset={self._preset!r}, units={len(self._names)}, "
                 f"device={self._device}, overrides={self._overrides})")
 

@@ -35,7 +35,7 @@ def test_container_is_the_guarded_adamw():
     default_adamw hyperparameters under a controller over the same units,
     bit for bit; the spikes are acted on."""
     a, b = make_model(3), make_model(3)
-    opts = gnmr_adamw(lr=3e-3, overrides=OVERRIDES).build(model_parts=[a])
+    opts = gnmr_adamw(lr=3e-3, preset="gnmr", overrides=OVERRIDES).build(model_parts=[a])
     assert isinstance(opts, GnmrOptimizersContainer)
     ctl = gnmr.Controller(b, "gnmr", **OVERRIDES)
     ref = gnmr.optim.AdamW(b.parameters(), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
@@ -54,13 +54,13 @@ def test_container_is_the_guarded_adamw():
 
 def test_state_dict_carries_the_controller():
     model = make_model(3)
-    opts = gnmr_adamw(lr=3e-3, overrides=OVERRIDES).build(model_parts=[model])
+    opts = gnmr_adamw(lr=3e-3, preset="gnmr", overrides=OVERRIDES).build(model_parts=[model])
     train(model, opts.step, opts.zero_grad, range(12))
     sd = opts.state_dict()
     assert any(k.startswith("gnmr.controller.") for k in sd)
     twin_model = make_model(3)
     twin_model.load_state_dict(model.state_dict())
-    twin = gnmr_adamw(lr=3e-3, overrides=OVERRIDES).build(model_parts=[twin_model])
+    twin = gnmr_adamw(lr=3e-3, preset="gnmr", overrides=OVERRIDES).build(model_parts=[twin_model])
     # A copy, as a checkpoint would hand over: torch's load_state_dict keeps
     # the given tensors, and the two optimizers must not share moments.
     twin.load_state_dict(copy.deepcopy(sd))
@@ -96,7 +96,7 @@ def test_float8_converter_gets_operator_units_and_promotion():
     ao = pytest.importorskip("torchao.float8", reason="torchao not installed")
     model = make_model(3)
     ao.convert_to_float8_training(model)  # what torchtitan's float8 converter calls
-    opts = gnmr_adamw(lr=3e-3, overrides=OVERRIDES).build(model_parts=[model])
+    opts = gnmr_adamw(lr=3e-3, preset="gnmr", overrides=OVERRIDES).build(model_parts=[model])
     assert opts.controller.unit_names == ["fc1", "fc2", "out"]
     promoted = []
     for t in range(16):

@@ -1,6 +1,10 @@
-// gnmr/host/sumsq.hpp — the host's sum of squares of one segment, per dtype:
-// the summation order that defines its bits, a portable build and, for bf16
-// and fp16, an AVX2 (+F16C) build chosen at run time with the same bits.
+// gnmr/host/sumsq.hpp — the host's sum of squares of one segment in double,
+// per dtype: the summation order that defines its bits, a portable build
+// and, for bf16 and fp16, an AVX2 (+F16C) build chosen at run time with the
+// same bits. host_unit_partials uses it for fp32 segments; since issue 32
+// its bf16/fp16 segments follow the CUDA kernel's order instead
+// (gnmr/host/chunk_sumsq.hpp), and the double bf16/fp16 sums here remain
+// for code that wants them (and as the benchmarks' earlier contract).
 //
 // The order (defined once; every build follows it):
 //   * lanes: element i of the segment goes to lane i mod 8;

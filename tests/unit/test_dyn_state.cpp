@@ -148,4 +148,6 @@ TEST_CASE("with_preset hands over the controller that make() wraps", "[dyn][pres
     if (gnmr_like) CHECK(slots == 2u);
   }
   CHECK_THROWS_AS(gnmr::presets::with_preset("nope", 1, {}, [](auto) { return 0; }), std::invalid_argument);
+  CHECK_THROWS_WITH(gnmr::presets::with_preset("default", 4, {}, [](auto) { return 0; }),
+                    Catch::Matchers::Contains("layered preset"));
 }

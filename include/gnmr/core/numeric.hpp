@@ -31,6 +31,15 @@ GNMR_HOST_DEVICE std::uint32_t ring_oldest_first(std::uint32_t head, std::uint32
   return (head + w - n + j) % w;
 }
 
+// Mean of the newest min(n, w) floats of a ring (oldest first, fp32, 0 when
+// empty): the Delta-GNMR history of GnmrTrigger and CalibratedTrigger.
+GNMR_HOST_DEVICE float ring_mean(const float* ring, std::uint32_t head, std::uint32_t w, std::uint32_t n) {
+  if (n > w) n = w;
+  float acc = 0.0f;
+  for (std::uint32_t j = 0; j < n; ++j) acc = math::add(acc, ring[ring_oldest_first(head, w, n, j)]);
+  return n ? math::div(acc, static_cast<float>(n)) : 0.0f;
+}
+
 // Writes x into the ring's next slot and advances head (mod w); `head % w`
 // keeps the write inside the ring even for a head that is not below w.
 template <class T>

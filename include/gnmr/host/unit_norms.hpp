@@ -94,15 +94,6 @@ inline float maxabs_segment(const Segment& s) {
   return nan_f();
 }
 
-inline double sumsq_segment(const Segment& s) {
-  switch (s.dtype) {
-    case DType::kF32: return sumsq_f32(static_cast<const float*>(s.data), s.numel);
-    case DType::kBF16: return sumsq_bf16_any(static_cast<const std::uint16_t*>(s.data), s.numel);
-    case DType::kF16: return sumsq_f16_any(static_cast<const std::uint16_t*>(s.data), s.numel);
-  }
-  return static_cast<double>(nan_f());
-}
-
 inline float load_element(const Segment& s, std::uint64_t i) {
   switch (s.dtype) {
     case DType::kF32: return static_cast<const float*>(s.data)[i];
@@ -243,7 +234,7 @@ void host_unit_partials(const Segment* segs, std::size_t n_segs, float* partials
         if (detail::is_16bit(s.dtype))
           detail::segment_chunks16(s, cs.cp.data() + cs.seg_off[i]);
         else
-          seg[i] = detail::sumsq_segment(s);
+          seg[i] = detail::sumsq_f32(static_cast<const float*>(s.data), s.numel);
       }
     });
     for (std::size_t u = 0; u < num_units; ++u)
@@ -269,9 +260,7 @@ void host_unit_partials(const Segment* segs, std::size_t n_segs, float* partials
     pfor(n_segs, [&](std::size_t begin, std::size_t end) {
       for (std::size_t i = begin; i < end; ++i) {
         const Segment& s = segs[i];
-        if (kernel == detail::HostKernel::kSumSquares) {
-          seg[i] = detail::sumsq_segment(s);
-        } else if (kernel == detail::HostKernel::kMaxAbs) {
+        if (kernel == detail::HostKernel::kMaxAbs) {
           seg[i] = static_cast<double>(detail::maxabs_segment(s));
         } else {
           double sum = 0.0;

@@ -44,12 +44,7 @@ struct GnmrTriggerT {
   }
 
   GNMR_HOST_DEVICE float history_mean(const State& s) const {
-    const std::uint32_t w = static_cast<std::uint32_t>(window);
-    const std::uint32_t n = s.n < w ? s.n : w;
-    float acc = 0.0f;
-    for (std::uint32_t j = 0; j < n; ++j)
-      acc = math::add(acc, s.ring[detail::ring_oldest_first(s.head, w, n, j)]);
-    return n ? math::div(acc, static_cast<float>(n)) : 0.0f;
+    return detail::ring_mean(s.ring, s.head, static_cast<std::uint32_t>(window), s.n);
   }
 
   GNMR_HOST_DEVICE void evaluate(const State& s, UnitView& v) const {

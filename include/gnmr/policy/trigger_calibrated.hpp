@@ -96,22 +96,18 @@ struct CalibratedTriggerT {
 
   GNMR_HOST_DEVICE float level_of(const UnitView& v) const { return math::log2(v.ratio); }
   GNMR_HOST_DEVICE float history_mean(const State& s) const {
-    const std::uint32_t w = static_cast<std::uint32_t>(window);
-    const std::uint32_t n = s.n < w ? s.n : w;
-    float acc = 0.0f;
-    for (std::uint32_t j = 0; j < n; ++j)
-      acc = math::add(acc, s.ring[detail::ring_oldest_first(s.head, w, n, j)]);
-    return n ? math::div(acc, static_cast<float>(n)) : 0.0f;
+    return detail::ring_mean(s.ring, s.head, static_cast<std::uint32_t>(window), s.n);
   }
-  // A rule's threshold: max(m + K max(s, min_spread), log2(floor)).
-  GNMR_HOST_DEVICE float threshold(const detail::LogStat& a) const {
+  // A rule's threshold: max(m + K max(s, min_spread), log2(floor)); k and lf
+  // are k_sigma() and log_floor(), computed once per evaluation.
+  GNMR_HOST_DEVICE float threshold(const detail::LogStat& a, float k, float lf) const {
     const float sp = math::max(detail::logstat_spread(a), min_spread);
-    return math::max(math::add(detail::logstat_loc(a), math::mul(k_sigma(), sp)), log_floor());
+    return math::max(math::add(detail::logstat_loc(a), math::mul(k, sp)), lf);
   }
   // (value - m) / (threshold - m): above 1 exactly when the rule fires.
-  GNMR_HOST_DEVICE float risk_of(const detail::LogStat& a, float value) const {
+  GNMR_HOST_DEVICE float risk_of(const detail::LogStat& a, float value, float thr) const {
     const float loc = detail::logstat_loc(a);
-    return math::div(math::sub(value, loc), math::sub(threshold(a), loc));
+    return math::div(math::sub(value, loc), math::sub(thr, loc));
   }
 
   GNMR_HOST_DEVICE void evaluate(const State& s, UnitView& v) const {
@@ -130,13 +126,15 @@ struct CalibratedTriggerT {
       v.flags |= kWarmup;
       return;
     }
-    const float tx = threshold(s.level);
+    const float k = k_sigma(), lf = log_floor();
+    const float tx = threshold(s.level, k, lf);
     v.target = math::mul(v.mean, math::exp2(tx));
-    float risk = risk_of(s.level, x);
+    float risk = risk_of(s.level, x, tx);
     bool fired = x > tx;
     if (has_jump && s.jump.k >= warmup) {
-      risk = math::max(risk, risk_of(s.jump, j));
-      fired = fired || j > threshold(s.jump);
+      const float tj = threshold(s.jump, k, lf);
+      risk = math::max(risk, risk_of(s.jump, j, tj));
+      fired = fired || j > tj;
     }
     v.risk = math::max(risk, 0.0f);
     if (fired) v.flags |= kTriggered;

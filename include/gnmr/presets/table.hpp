@@ -392,7 +392,9 @@ inline std::vector<std::string> overrides_of(const std::string& name) {
 template <class F>
 auto with_preset(const std::string& name, std::size_t num_units, const Options& o, F&& f)
     -> decltype(f(pass_through(1))) {
-  if (name == "default") return with_preset(resolve(name), num_units, o, std::forward<F>(f));
+  if (is_layered(name))  // "default" included: two controllers, not one typed one
+    throw std::invalid_argument("gnmr: '" + name + "' is a layered preset (" + resolve(name) +
+                                "): build it with presets::make or cuda::make_device");
   const detail::PresetInfo& info = detail::find_preset(name);
   detail::check_overrides(info, o);
   using detail::u32;

@@ -127,23 +127,20 @@ inline float fold_chunk_accs(const float* acc) {
 #endif
 
 // The body rows: acc[e mod 2048] += sq(body[e]) for e < len (len a multiple
-// of 8), in increasing e. Portable build: one loop per dtype, so that the
-// compiler vectorises the bf16 one (a shift) at least with SSE2.
-inline void chunk_rows_portable(float* acc, const std::uint16_t* body, std::uint64_t len, bool is_bf16) {
-  for (std::uint64_t r = 0; r < len; r += kChunkAccs) {
-    const std::uint64_t cnt = len - r < kChunkAccs ? len - r : kChunkAccs;
-    const std::uint16_t* q = body + r;
-    if (is_bf16) {
-      for (std::uint64_t e = 0; e < cnt; ++e) {
-        const float x = bits_to_float(static_cast<std::uint32_t>(q[e]) << 16);
-        acc[e] = acc[e] + x * x;
-      }
-    } else {
-      for (std::uint64_t e = 0; e < cnt; ++e) {
-        const float x = f16_bits_to_float(q[e]);
-        acc[e] = acc[e] + x * x;
-      }
-    }
+// of 8), in increasing e: row_fn(acc, row, cnt) adds one row of cnt <= 2048
+// elements into acc[0, cnt). Every build below supplies only its row_fn.
+template <class RowFn>
+inline void for_each_row(float* acc, const std::uint16_t* body, std::uint64_t len, RowFn row_fn) {
+  for (std::uint64_t r = 0; r < len; r += kChunkAccs) row_fn(acc, body + r, len - r < kChunkAccs ? len - r : kChunkAccs);
+}
+
+// Portable build: one loop per dtype, so that the compiler vectorises the
+// bf16 one (a shift) at least with SSE2.
+template <bool kBf16>
+inline void row_portable(float* acc, const std::uint16_t* q, std::uint64_t cnt) {
+  for (std::uint64_t e = 0; e < cnt; ++e) {
+    const float x = kBf16 ? bits_to_float(static_cast<std::uint32_t>(q[e]) << 16) : f16_bits_to_float(q[e]);
+    acc[e] = acc[e] + x * x;
   }
 }
 
@@ -165,15 +162,10 @@ __attribute__((target("avx2,f16c"))) inline __m256 widen8(const std::uint16_t* q
 }
 
 template <bool kBf16>
-__attribute__((target("avx2,f16c"))) inline void chunk_rows_avx2(float* acc, const std::uint16_t* body,
-                                                                 std::uint64_t len) {
-  for (std::uint64_t r = 0; r < len; r += kChunkAccs) {
-    const std::uint64_t cnt = len - r < kChunkAccs ? len - r : kChunkAccs;
-    const std::uint16_t* q = body + r;
-    for (std::uint64_t e = 0; e < cnt; e += 8) {
-      const __m256 x = widen8<kBf16>(q + e);
-      _mm256_store_ps(acc + e, _mm256_add_ps(_mm256_load_ps(acc + e), _mm256_mul_ps(x, x)));
-    }
+__attribute__((target("avx2,f16c"))) inline void row_avx2(float* acc, const std::uint16_t* q, std::uint64_t cnt) {
+  for (std::uint64_t e = 0; e < cnt; e += 8) {
+    const __m256 x = widen8<kBf16>(q + e);
+    _mm256_store_ps(acc + e, _mm256_add_ps(_mm256_load_ps(acc + e), _mm256_mul_ps(x, x)));
   }
 }
 
@@ -198,20 +190,15 @@ __attribute__((target("sse2,f16c"))) inline void sse_step8(float* acc, const std
 }
 
 template <bool kBf16>
-__attribute__((target("sse2,f16c"))) inline void chunk_rows_sse(float* acc, const std::uint16_t* body,
-                                                               std::uint64_t len) {
-  for (std::uint64_t r = 0; r < len; r += kChunkAccs) {
-    const std::uint64_t cnt = len - r < kChunkAccs ? len - r : kChunkAccs;
-    const std::uint16_t* q = body + r;
-    std::uint64_t e = 0;
-    for (; e + 32 <= cnt; e += 32) {
-      sse_step8<kBf16>(acc + e, q + e);
-      sse_step8<kBf16>(acc + e + 8, q + e + 8);
-      sse_step8<kBf16>(acc + e + 16, q + e + 16);
-      sse_step8<kBf16>(acc + e + 24, q + e + 24);
-    }
-    for (; e < cnt; e += 8) sse_step8<kBf16>(acc + e, q + e);
+__attribute__((target("sse2,f16c"))) inline void row_sse(float* acc, const std::uint16_t* q, std::uint64_t cnt) {
+  std::uint64_t e = 0;
+  for (; e + 32 <= cnt; e += 32) {
+    sse_step8<kBf16>(acc + e, q + e);
+    sse_step8<kBf16>(acc + e + 8, q + e + 8);
+    sse_step8<kBf16>(acc + e + 16, q + e + 16);
+    sse_step8<kBf16>(acc + e + 24, q + e + 24);
   }
+  for (; e < cnt; e += 8) sse_step8<kBf16>(acc + e, q + e);
 }
 
 // 16 at a time. The zero-masked forms with an all-ones mask are the plain
@@ -226,21 +213,16 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c"))) inline __m512 widen16(cons
 }
 
 template <bool kBf16>
-__attribute__((target("avx512f,avx512bw,avx2,f16c"))) inline void chunk_rows_avx512(float* acc,
-                                                                                   const std::uint16_t* body,
-                                                                                   std::uint64_t len) {
-  for (std::uint64_t r = 0; r < len; r += kChunkAccs) {
-    const std::uint64_t cnt = len - r < kChunkAccs ? len - r : kChunkAccs;
-    const std::uint16_t* q = body + r;
-    std::uint64_t e = 0;
-    for (; e + 16 <= cnt; e += 16) {
-      const __m512 x = widen16<kBf16>(q + e);
-      _mm512_store_ps(acc + e, _mm512_add_ps(_mm512_load_ps(acc + e), _mm512_mul_ps(x, x)));
-    }
-    if (e < cnt) {  // a row's length is a multiple of 8: an odd group of 8 by the 256-bit step
-      const __m256 x = widen8<kBf16>(q + e);
-      _mm256_store_ps(acc + e, _mm256_add_ps(_mm256_load_ps(acc + e), _mm256_mul_ps(x, x)));
-    }
+__attribute__((target("avx512f,avx512bw,avx2,f16c"))) inline void row_avx512(float* acc, const std::uint16_t* q,
+                                                                            std::uint64_t cnt) {
+  std::uint64_t e = 0;
+  for (; e + 16 <= cnt; e += 16) {
+    const __m512 x = widen16<kBf16>(q + e);
+    _mm512_store_ps(acc + e, _mm512_add_ps(_mm512_load_ps(acc + e), _mm512_mul_ps(x, x)));
+  }
+  if (e < cnt) {  // a row's length is a multiple of 8: an odd group of 8 by the 256-bit step
+    const __m256 x = widen8<kBf16>(q + e);
+    _mm256_store_ps(acc + e, _mm256_add_ps(_mm256_load_ps(acc + e), _mm256_mul_ps(x, x)));
   }
 }
 #endif
@@ -277,19 +259,19 @@ inline float chunk_sumsq16(const std::uint16_t* p, std::uint64_t n, bool is_bf16
   for (std::uint64_t t = 0; t < h; ++t) acc[t * 8] = acc[t * 8] + sq16(p[t], is_bf16);
   const std::uint64_t len = (n - h) / 8 * 8;
   const std::uint16_t* body = p + h;
+  using RowFn = void (*)(float*, const std::uint16_t*, std::uint64_t);
+  RowFn row_fn = is_bf16 ? &row_portable<true> : &row_portable<false>;
 #if GNMR_HOST_X86_SIMD
   if (isa == ChunkIsa::kSse && host_has_avx2_f16c())
-    is_bf16 ? chunk_rows_sse<true>(acc, body, len) : chunk_rows_sse<false>(acc, body, len);
+    row_fn = is_bf16 ? &row_sse<true> : &row_sse<false>;
   else if (isa == ChunkIsa::kAvx512 && host_has_avx512bw())
-    is_bf16 ? chunk_rows_avx512<true>(acc, body, len) : chunk_rows_avx512<false>(acc, body, len);
+    row_fn = is_bf16 ? &row_avx512<true> : &row_avx512<false>;
   else if (isa != ChunkIsa::kPortable && host_has_avx2_f16c())
-    is_bf16 ? chunk_rows_avx2<true>(acc, body, len) : chunk_rows_avx2<false>(acc, body, len);
-  else
-    chunk_rows_portable(acc, body, len, is_bf16);
+    row_fn = is_bf16 ? &row_avx2<true> : &row_avx2<false>;
 #else
   (void)isa;
-  chunk_rows_portable(acc, body, len, is_bf16);
 #endif
+  for_each_row(acc, body, len, row_fn);
   const std::uint64_t r = (n - h) - len;
   for (std::uint64_t t = 0; t < r; ++t) acc[t * 8] = acc[t * 8] + sq16(body[len + t], is_bf16);
   return fold_chunk_accs(acc);

@@ -245,6 +245,20 @@ class DeviceController {
 
   template <bool kFinish>
   cudaError_t launch(const float* in, cudaStream_t stream) {
+    cudaError_t e = launch_evaluate<kFinish>(in, stream);
+    if (e != cudaSuccess) return e;
+    // The commit as a programmatic dependent of the evaluation (sm_90+): its
+    // launch and state staging overlap the evaluation instead of following it.
+    const detail::CtrlArgs<Policies> a = kernel_args();
+    return launch_dependent(detail::ctrl_commit_summarize<Policies>, blocks_for(n_), gnmr::detail::kSelectThreads,
+                            stream, pdl_, a);
+  }
+
+ public:
+  // ---- For gnmr/cuda/layered_fused.cuh, which runs this controller's
+  // phases inside its own kernels; not for applications. ----
+  // The kernels' arguments (device pointers into this controller's buffers).
+  detail::CtrlArgs<Policies> kernel_args() const {
     detail::CtrlArgs<Policies> a{};
     a.p = p_;
     a.state = b_.state;
@@ -267,6 +281,12 @@ class DeviceController {
     a.slots = p_.budget.slots();
     a.topk = gnmr::detail::topk_per_block(p_.budget.slots());
     a.systemic_threshold = threshold_;
+    return a;
+  }
+  // Phase 1 (and 2) alone: ctrl_evaluate_select on the stream.
+  template <bool kFinish>
+  cudaError_t launch_evaluate(const float* in, cudaStream_t stream) {
+    const detail::CtrlArgs<Policies> a = kernel_args();
     const unsigned int nb = static_cast<unsigned int>(blocks_for(n_));
     // global-clip's per-block tree of squares: dynamic shared memory, so the
     // other actions (and no rule) keep the evaluate kernel's footprint as it was.
@@ -274,23 +294,12 @@ class DeviceController {
                                     ? gnmr::detail::kSelectThreads * sizeof(double)
                                     : 0u;
     detail::ctrl_evaluate_select<Policies, kFinish><<<nb, gnmr::detail::kSelectThreads, sq_smem, stream>>>(a, in);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    // The commit as a programmatic dependent of the evaluation (sm_90+): its
-    // launch and state staging overlap the evaluation instead of following it.
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(nb);
-    cfg.blockDim = dim3(gnmr::detail::kSelectThreads);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl_ ? 1u : 0u;
-    return cudaLaunchKernelEx(&cfg, detail::ctrl_commit_summarize<Policies>, a);
+    return cudaGetLastError();
   }
+  // Whether a step from partials would throw for want of set_unit_numel().
+  bool needs_unit_numel() const { return norm_needs_numel<Norm>() && !numel_set_; }
 
+ private:
   static constexpr const char* kCopy = "DeviceController: download";
 
   Policies p_;

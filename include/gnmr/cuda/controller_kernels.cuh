@@ -298,6 +298,9 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_commit_summarize(CtrlArgs
   __syncthreads();
   stage_out(a.rep + base, s_rep, count);
   stage_out(a.dec + base, s_dec, count);
+  // A programmatic dependent (the telemetry drain, a user's kernel) may be
+  // scheduled now; it waits for this grid's completion before reading.
+  allow_dependents();
   const Acc& block_total = block_merge_tree<kSelectThreads>(acc, s_acc);
   if (threadIdx.x == 0) a.block_acc[blockIdx.x] = block_total;
   if (!last_block_done(a.counters + 1, gridDim.x, &s_last)) return;

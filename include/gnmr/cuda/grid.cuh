@@ -11,6 +11,10 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdlib>
+#include <utility>
+
 namespace gnmr {
 namespace cuda {
 
@@ -18,13 +22,17 @@ namespace cuda {
 // device: the device is sm_90 or later and the kernel's code was compiled for
 // compute_90 or later (so its wait_prior_grid() is not compiled out, e.g.
 // under a PTX JIT of an older virtual architecture). GNMR_CUDA_NO_PDL turns
-// it off. Setup time: the controller asks once, at construction.
+// it off: defined at compile time, or set to 1 in the environment (to
+// measure what PDL saves, or to rule it out). Setup time: the controller
+// asks once, at construction.
 template <class Kernel>
 inline bool pdl_supported(Kernel kernel) {
 #ifdef GNMR_CUDA_NO_PDL
   (void)kernel;
   return false;
 #else
+  const char* off = std::getenv("GNMR_CUDA_NO_PDL");
+  if (off != nullptr && off[0] == '1') return false;
   int dev = 0, major = 0;
   cudaFuncAttributes fa{};
   if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -35,6 +43,25 @@ inline bool pdl_supported(Kernel kernel) {
   }
   return major >= 9 && fa.ptxVersion >= 90;
 #endif
+}
+
+// Launches kernel<<<blocks, threads>>>(args...) on `stream`, as a programmatic
+// dependent of the kernel before it when `pdl` (pdl_supported(kernel)). The
+// kernel must wait_prior_grid() before it reads what that kernel writes.
+template <class... Params, class... Args>
+inline cudaError_t launch_dependent(void (*kernel)(Params...), std::size_t blocks, unsigned int threads,
+                                    cudaStream_t stream, bool pdl, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned int>(blocks));
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1u : 0u;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 namespace detail {

@@ -36,6 +36,7 @@
 #include "gnmr/cuda/block.cuh"
 #include "gnmr/cuda/dyn_controller.cuh"
 #include "gnmr/cuda/error.cuh"
+#include "gnmr/cuda/grid.cuh"
 #include "gnmr/cuda/memory.cuh"
 #include "gnmr/host/layered.hpp"
 #include "gnmr/step/layered.hpp"
@@ -46,34 +47,30 @@ namespace cuda {
 namespace detail {
 
 // The global outer rule's norm (layer_global_norm) from the inner's
-// reports: detail::total_sq_tree over their norms, in two launches. Why two:
-// one block walking all ceil(n / 256) leaf blocks one after another took
-// 3.6 ms per step at 10^6 units on an H200 (3,907 tree passes of 8
-// __syncthreads each); the leaf blocks are independent, so each gets its own
-// block, and only the short upper levels (16 passes at 10^6 units) stay in
-// one block. The trees are the host's, so the bits are too.
-// (Templates, like every kernel in these headers: a header's kernel must not
-// be defined once per translation unit.)
-//
-// Launch 1, ceil(n / 256) blocks of kTreeThreads: leaf block b's tree_256
-// over the squares of its 256 norms (0 past n) into blocks[b].
+// reports: detail::total_sq_tree over their norms, in one launch. Each of
+// the ceil(n / 256) blocks sums the squares of its 256 norms (0 past n) by
+// tree_256 into blocks[b]; the block that finishes last (last_block_done,
+// the backend's integer handoff) folds the leaf sums by the upper levels of
+// the same tree and writes *out. Why not one block for everything: walking
+// all 3,907 leaf blocks of 10^6 units one after another took 3.6 ms per
+// step on an H200; why one launch and not two (as before issue 32): a
+// launch is a fixed cost on every step, the fold a few short passes. The trees are the host's, so the bits are
+// too. (Templates, like every kernel in these headers: a header's kernel
+// must not be defined once per translation unit.)
 template <class Report = UnitReport>
-__global__ void __launch_bounds__(kTreeThreads) layered_leaf_sums(const Report* rep, std::uint32_t n,
-                                                                   double* blocks) {
+__global__ void __launch_bounds__(kTreeThreads) layered_global_norm(const Report* rep, std::uint32_t n,
+                                                                    double* blocks, unsigned int* counter,
+                                                                    float* out) {
   __shared__ double x[kTreeThreads];
+  __shared__ int s_last;
   const std::uint32_t i = blockIdx.x * kTreeThreads + threadIdx.x;
   x[threadIdx.x] = i < n ? gnmr::detail::total_square(rep[i].norm) : 0.0;
   __syncthreads();
   block_tree_256(x);
   if (threadIdx.x == 0) blocks[blockIdx.x] = x[0];
-}
-
-// Launch 2, one block of kTreeThreads: the upper levels over the m leaf sums
-// (in place in blocks), then *out = layer_global_norm(total).
-template <class Report = UnitReport>
-__global__ void __launch_bounds__(kTreeThreads) layered_global_norm(double* blocks, std::uint32_t m, float* out) {
-  __shared__ double x[kTreeThreads];
-  const double total = m ? block_sums_tree(blocks, m, x) : 0.0;
+  if (!last_block_done(counter, gridDim.x, &s_last)) return;
+  __syncthreads();  // x[0] was read above
+  const double total = block_sums_tree(blocks, gridDim.x, x);
   if (threadIdx.x == 0) *out = layer_global_norm(total);
 }
 
@@ -116,6 +113,8 @@ class LayeredDeviceController final : public DynDeviceController {
     total_ = DeviceBuffer(sizeof(float), "LayeredDeviceController: cudaMalloc");
     blocks_ = DeviceBuffer((gnmr::detail::total_scratch_size(n_) + 1) * sizeof(double),
                            "LayeredDeviceController: cudaMalloc");
+    counter_ = DeviceBuffer(sizeof(unsigned int), "LayeredDeviceController: cudaMalloc");
+    check(cudaMemset(counter_.get(), 0, sizeof(unsigned int)), "LayeredDeviceController: init");
     const StepSummary zero{};
     upload(sum_.as<StepSummary>(), &zero, 1, "LayeredDeviceController: upload");
   }
@@ -169,14 +168,10 @@ class LayeredDeviceController final : public DynDeviceController {
     cudaError_t e;
     if ((e = kNorms ? inner_->step_norms(d_in, s) : inner_->step(d_in, s)) != cudaSuccess) return e;
     if (global_) {
-      const std::uint32_t m = (n + detail::kTreeThreads - 1) / detail::kTreeThreads;
-      if (m > 0) {
-        detail::layered_leaf_sums<UnitReport><<<m, detail::kTreeThreads, 0, s>>>(inner_->reports(), n,
-                                                                                 blocks_.as<double>());
-        if ((e = cudaGetLastError()) != cudaSuccess) return e;
-      }
-      detail::layered_global_norm<UnitReport><<<1, detail::kTreeThreads, 0, s>>>(blocks_.as<double>(), m,
-                                                                                 total_.as<float>());
+      // At least one block: n = 0 gives G = 0 as the host's tree does.
+      const std::uint32_t m = n ? (n + detail::kTreeThreads - 1) / detail::kTreeThreads : 1u;
+      detail::layered_global_norm<UnitReport><<<m, detail::kTreeThreads, 0, s>>>(
+          inner_->reports(), n, blocks_.as<double>(), counter_.as<unsigned int>(), total_.as<float>());
       if ((e = cudaGetLastError()) != cudaSuccess) return e;
       e = outer_->step_norms(total_.as<float>(), s);
     } else {
@@ -196,7 +191,7 @@ class LayeredDeviceController final : public DynDeviceController {
   std::string name_;
   std::size_t n_ = 0;
   bool global_;  // set from the pair in the constructor's initialiser
-  DeviceBuffer dec_, rep_, sum_, total_, blocks_;
+  DeviceBuffer dec_, rep_, sum_, total_, blocks_, counter_;
 };
 
 }  // namespace cuda

@@ -88,6 +88,7 @@ void test_graph_and_no_alloc();
 void test_controller_vs_host();
 void test_telemetry();
 void test_presets_on_device();
+void test_fused_layered();
 void test_summary_ring();
 void test_errors_without_device();  // runs without a GPU
 void test_errors();

@@ -326,14 +326,23 @@ int main() {
   cudaGetDeviceProperties(&prop, 0);
   std::printf("gnmr_cuda_tests on %s (sm_%d%d)%s\n", prop.name, prop.major, prop.minor,
               gpu_test::quick() ? " [quick]" : "");
-  gpu_test::test_norms();
-  gpu_test::test_adamw();
-  gpu_test::test_controller_vs_host();
-  gpu_test::test_graph_and_no_alloc();
-  gpu_test::test_telemetry();
-  gpu_test::test_presets_on_device();
-  gpu_test::test_summary_ring();
-  gpu_test::test_errors();
+  // GNMR_CUDA_TEST_ONLY=telemetry,fused (say) runs those groups only: a
+  // sanitizer run over the kernels that changed.
+  const char* only = std::getenv("GNMR_CUDA_TEST_ONLY");
+  const auto want = [only](const char* group) {
+    if (only == nullptr || only[0] == '\0') return true;
+    const std::string list = std::string(",") + only + ",";
+    return list.find(std::string(",") + group + ",") != std::string::npos;
+  };
+  if (want("norms")) gpu_test::test_norms();
+  if (want("adamw")) gpu_test::test_adamw();
+  if (want("controller")) gpu_test::test_controller_vs_host();
+  if (want("graph")) gpu_test::test_graph_and_no_alloc();
+  if (want("telemetry")) gpu_test::test_telemetry();
+  if (want("presets")) gpu_test::test_presets_on_device();
+  if (want("fused")) gpu_test::test_fused_layered();
+  if (want("ring")) gpu_test::test_summary_ring();
+  if (want("errors")) gpu_test::test_errors();
   const cudaError_t last = cudaDeviceSynchronize();
   EXPECT(last == cudaSuccess, "device error at exit: %s", cudaGetErrorString(last));
   std::printf(gpu_test::failures() ? "gnmr_cuda_tests: %d FAILURE(S)\n" : "gnmr_cuda_tests: all passed\n",

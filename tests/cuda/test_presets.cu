@@ -5,12 +5,14 @@
 // half-way, loaded into a fresh host controller, both go on and must stay
 // identical; a blob of another preset is refused and changes nothing.
 // Layered "outer+inner" controllers go through the same checks.
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "gnmr/cuda/presets.cuh"
+#include "gnmr/host/layered.hpp"
 #include "gnmr/presets/make.hpp"
 #include "harness.cuh"
 #include "../support/trace_gen.hpp"
@@ -73,7 +75,93 @@ void run_preset(const std::string& name, std::size_t units = 0, int steps_ = 0) 
   std::printf("  %-11s %3zu unit(s), %d steps: %zu triggers/skips, host==device\n", name.c_str(), n, steps, acted);
 }
 
+// The fused layered step (gnmr/cuda/layered_fused.cuh) against the generic
+// one (LayeredDeviceController over the same two presets), both on the
+// device: every field of every decision and report, the summary, and the
+// state blob at the end, bit for bit; from partials (step) and from norms
+// (step_norms). make_device must have chosen the fused class, or the test
+// would compare the generic path with itself.
+void fused_vs_generic(const std::string& outer, const std::string& inner, std::size_t n, int steps) {
+  const std::string name = outer + "+" + inner;
+  auto fused = gnmr::cuda::make_device(name, n);
+  const bool is_fused = fused->name() == name && dynamic_cast<gnmr::cuda::LayeredDeviceController*>(fused.get()) == nullptr;
+  EXPECT(is_fused, "%s: make_device did not fuse the pair", name.c_str());
+  for (int from_norms = 0; from_norms < 2; ++from_norms) {
+    auto a = gnmr::cuda::make_device(name, n);
+    gnmr::cuda::LayeredDeviceController b(gnmr::cuda::make_device(outer, n), gnmr::cuda::make_device(inner, n));
+    std::vector<float> in(n);
+    Dev<float> d_in(n);
+    std::size_t bad = 0;
+    for (int s = 1; s <= steps; ++s) {
+      tracegen::preset_partials(s, in);
+      if (from_norms)
+        for (float& x : in) x = std::sqrt(x);
+      d_in.upload(in);
+      CK(from_norms ? a->step_norms(d_in.p, 0) : a->step(d_in.p, 0));
+      CK(from_norms ? b.step_norms(d_in.p, 0) : b.step(d_in.p, 0));
+      CK(cudaDeviceSynchronize());
+      const auto da = a->copy_decisions(), db = b.copy_decisions();
+      const auto ra = a->copy_reports(), rb = b.copy_reports();
+      const auto sa = a->copy_summary(), sb = b.copy_summary();
+      bad += std::memcmp(da.data(), db.data(), n * sizeof(gnmr::UnitDecision)) != 0;
+      bad += std::memcmp(ra.data(), rb.data(), n * sizeof(gnmr::UnitReport)) != 0;
+      bad += std::memcmp(&sa, &sb, sizeof sa) != 0;
+    }
+    EXPECT(bad == 0, "%s (%s): %zu differences between fused and generic over %d steps", name.c_str(),
+           from_norms ? "norms" : "partials", bad, steps);
+    EXPECT(a->steps_done() == steps, "%s: fused step counter", name.c_str());
+    // The blobs: the same header (identity, step count, global state) and
+    // the same state. A unit state's padding bytes (empty policy states,
+    // alignment gaps) are whatever each kernel's stores left there, so the
+    // payloads are compared by what they do: both loaded into host
+    // controllers, which must then decide alike, bit for bit.
+    const std::vector<std::uint8_t> ba = a->save(), bb = b.save();
+    EXPECT(ba.size() == bb.size(), "%s: blob sizes differ", name.c_str());
+    const gnmr::detail::NestedBlobs na = gnmr::detail::split_blobs(ba.data(), ba.size());
+    const gnmr::detail::NestedBlobs nb = gnmr::detail::split_blobs(bb.data(), bb.size());
+    const auto header = [](const std::uint8_t* p) {  // bytes before the unit states
+      std::uint32_t id = 0, global = 0;
+      std::memcpy(&id, p + 56, 4);
+      std::memcpy(&global, p + 60, 4);
+      return static_cast<std::size_t>(gnmr::kStateHeaderBytes) + id + global;
+    };
+    EXPECT(na.outer_size == nb.outer_size && na.inner_size == nb.inner_size &&
+               std::memcmp(na.outer, nb.outer, header(na.outer)) == 0 &&
+               std::memcmp(na.inner, nb.inner, header(na.inner)) == 0,
+           "%s: fused and generic blob headers differ", name.c_str());
+    std::size_t raw = 0;  // payload bytes that differ (padding): reported, not judged
+    for (std::size_t k = 0; k < ba.size() && ba.size() == bb.size(); ++k) raw += ba[k] != bb[k];
+    auto ha = gnmr::presets::make(name, n), hb = gnmr::presets::make(name, n);
+    ha->load(ba);
+    hb->load(bb);
+    std::size_t bad_after = 0;
+    for (int s = steps + 1; s <= steps + 30; ++s) {
+      tracegen::preset_partials(s, in);
+      ha->step(in.data(), n);
+      hb->step(in.data(), n);
+      for (std::size_t u = 0; u < n; ++u)
+        bad_after += ha->decisions()[u].flags != hb->decisions()[u].flags ||
+                     !same_bits(ha->decisions()[u].scale, hb->decisions()[u].scale);
+      bad_after += std::memcmp(&ha->summary(), &hb->summary(), sizeof(gnmr::StepSummary)) != 0;
+    }
+    EXPECT(bad_after == 0, "%s: host controllers loaded from the fused and generic blobs differ (%zu)",
+           name.c_str(), bad_after);
+    if (!from_norms && raw) std::printf("    (blobs: %zu padding bytes differ, states equal)\n", raw);
+  }
+  std::printf("  %s fused, %zu units, %d steps: == LayeredDeviceController (decisions, reports, summary, state)\n",
+              name.c_str(), n, steps);
+}
+
 }  // namespace
+
+// The default preset is fused (layered_fused.cuh): against the host at 274
+// blocks, and against the generic layered step on the device.
+void test_fused_layered() {
+  std::printf("[fused layered step]\n");
+  run_preset("default", quick() ? 3000 : 70000);
+  fused_vs_generic("stabilizer", "gnmr-calibrated", quick() ? 3000 : 70000, quick() ? 130 : 160);
+  fused_vs_generic("stabilizer", "gnmr-promote", 1000, 130);
+}
 
 void test_presets_on_device() {
   std::printf("[presets: make_device vs presets::make]\n");

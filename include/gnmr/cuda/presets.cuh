@@ -25,6 +25,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <type_traits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +35,7 @@
 #include "gnmr/cuda/controller.cuh"
 #include "gnmr/cuda/dyn_controller.cuh"
 #include "gnmr/cuda/layered.cuh"
+#include "gnmr/cuda/layered_fused.cuh"
 #include "gnmr/host/controller.hpp"
 #include "gnmr/host/dyn_controller.hpp"
 #include "gnmr/io/state.hpp"
@@ -101,10 +104,50 @@ std::unique_ptr<DynDeviceController> make_device_dyn(const GnmrController<N, M, 
 // presets::make throws, and gnmr::cuda::Error when the device allocation
 // or upload fails. "outer+inner" makes a LayeredDeviceController
 // (gnmr/cuda/layered.cuh), as presets::make makes a LayeredController.
+namespace detail {
+
+// The typed host controller of preset `name` when its type is C (nullopt
+// otherwise): with_preset's table, without instantiating anything per type
+// but a type test.
+template <class C>
+std::optional<C> typed_preset(const std::string& name, std::size_t n, const presets::Options& o) {
+  std::optional<C> out;
+  presets::with_preset(name, n, o, [&out](auto c) {
+    if constexpr (std::is_same<decltype(c), C>::value) out.emplace(std::move(c));
+    return 0;
+  });
+  return out;
+}
+
+// The layered pairs make_device steps fused (layered_fused.cuh): the
+// default preset, and the pair it replaced. Others, and any pair whose
+// outer is not selection-free after the overrides, get the generic
+// LayeredDeviceController. Returns null when the pair is not fused.
+template <class O, class I>
+std::unique_ptr<DynDeviceController> try_fused(const presets::LayeredPlan& l, std::size_t n, const std::string& name) {
+  if (l.outer_units != n) return nullptr;
+  std::optional<O> outer = typed_preset<O>(l.names.outer, n, l.outer);
+  std::optional<I> inner = typed_preset<I>(l.names.inner, n, l.inner);
+  if (!outer || !inner || !selection_free(outer->policies())) return nullptr;
+  using DevO = DeviceController<typename O::Policies::NormT, typename O::Policies::MeanT, typename O::Policies::TriggerT,
+                                typename O::Policies::RecoveryT, typename O::Policies::BudgetT>;
+  using DevI = DeviceController<typename I::Policies::NormT, typename I::Policies::MeanT, typename I::Policies::TriggerT,
+                                typename I::Policies::RecoveryT, typename I::Policies::BudgetT>;
+  return std::unique_ptr<DynDeviceController>(
+      new FusedLayeredDeviceController<DevO, DevI>(*outer, *inner, ScaleCombine::kProduct, name));
+}
+
+}  // namespace detail
+
 inline std::unique_ptr<DynDeviceController> make_device(const std::string& name, std::size_t num_units,
                                                         const presets::Options& o = {}) {
   if (presets::is_layered(name)) {
     const presets::LayeredPlan l = presets::plan_layered(name, num_units, o);
+    if (l.names.outer == "stabilizer" && l.names.inner == "gnmr-calibrated") {
+      if (auto f = detail::try_fused<presets::Stabilizer, presets::GnmrCalibrated>(l, num_units, name)) return f;
+    } else if (l.names.outer == "stabilizer" && l.names.inner == "gnmr-promote") {
+      if (auto f = detail::try_fused<presets::Stabilizer, presets::GnmrPromote>(l, num_units, name)) return f;
+    }
     return std::unique_ptr<DynDeviceController>(
         new LayeredDeviceController(make_device(l.names.outer, l.outer_units, l.outer),
                                     make_device(l.names.inner, num_units, l.inner), ScaleCombine::kProduct, name));

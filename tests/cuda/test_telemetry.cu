@@ -1,10 +1,12 @@
 // tests/cuda/test_telemetry.cu — the CUDA event log against the host's.
 //
 // The device controller and the host controller run the same contended
-// trace; the device's log goes through TelemetryDrain (compaction kernel,
-// async copy to pinned memory, written a step late), the host's through
-// EventLog::write. The two JSON Lines texts must be identical. A second run
-// with capacity 2 checks that overflow is counted, not silently lost.
+// trace; the device's log goes through TelemetryDrain (the compaction
+// kernel writes into mapped pinned memory; the host writes it a step late),
+// the host's through EventLog::write. The two JSON Lines texts must be
+// identical. A run with capacity 2 checks that overflow is counted, not
+// silently lost; one of 300,000 units (293 drain blocks) that the last
+// block's gather is right across chunks of block starts.
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,12 +21,22 @@ namespace gpu_test {
 
 void test_telemetry() {
   std::printf("[telemetry drain]\n");
-  const std::size_t n = 2000;
-  const int steps = 80;
   gnmr::MaxO b;
   b.max_o = 3;
   b.lock = 4;
-  for (std::uint32_t cap : {1024u, 2u}) {
+  // (units, steps, capacity): 2 blocks of the drain with room for every
+  // event, then with capacity 2 (overflow); then 293 blocks, so the last
+  // block's gather walks two chunks of 256 block starts, with room for all.
+  struct Case {
+    std::size_t n;
+    int steps;
+    std::uint32_t cap;
+  };
+  const std::size_t big = quick() ? 20000 : 300000;
+  for (const Case c : {Case{2000, 80, 1024u}, Case{2000, 80, 2u}, Case{big, 24, static_cast<std::uint32_t>(big)}}) {
+    const std::size_t n = c.n;
+    const int steps = c.steps;
+    const std::uint32_t cap = c.cap;
     gnmr::GnmrController<> host(n, {}, {}, {}, {}, b);
     gnmr::cuda::DeviceController<> dev(n, {}, {}, {}, {}, b);
     gnmr::cuda::TelemetryDrain drain(n, cap);
@@ -57,7 +69,7 @@ void test_telemetry() {
     EXPECT(drain.dropped() == expect_dropped, "cap %u: dropped %llu, expected %llu", cap,
            static_cast<unsigned long long>(drain.dropped()),
            static_cast<unsigned long long>(expect_dropped));
-    if (cap >= 1024) {
+    if (cap >= 1024) {  // room for every event
       EXPECT(got_s.str() == want_s.str(), "device log differs from the host log (%zu vs %zu bytes)",
              got_s.str().size(), want_s.str().size());
     } else {

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <string>
@@ -87,26 +88,59 @@ inline void bench_presets(std::size_t n, cudaStream_t s) {
                {"stabilizer+gnmr", {}, "make_device(\"stabilizer+gnmr\")"},
                {"gnmr-calibrated", {}, "make_device(\"gnmr-calibrated\")"},
                {"default", {}, "make_device(\"default\") (stabilizer+gnmr-calibrated)"},
+               {"stabilizer+gnmr-promote", {}, "make_device(\"stabilizer+gnmr-promote\")"},
                {"clip+gnmr", {}, "make_device(\"clip+gnmr\")"},
                {"gnmr-systemic", global_clip, "make_device(\"gnmr-systemic\", global-clip)"}};
   for (const auto& c : cases) {
     auto ctl = gnmr::cuda::make_device(c.name, n, c.opt);
     time_controller(n, c.label, [&](const float* d, cudaStream_t st) { return ctl->step_norms(d, st); }, s);
   }
+  // The same pairs as make_device built them before issue 32: the generic
+  // LayeredDeviceController (outer step, inner step, combine), for the
+  // fused rows above to be read against in the same run.
+  for (const char* inner : {"gnmr-calibrated", "gnmr-promote"}) {
+    gnmr::cuda::LayeredDeviceController ctl(gnmr::cuda::make_device("stabilizer", n),
+                                            gnmr::cuda::make_device(inner, n));
+    time_controller(n, std::string("LayeredDeviceController(stabilizer, ") + inner + ") (generic)",
+                    [&](const float* d, cudaStream_t st) { return ctl.step_norms(d, st); }, s);
+  }
 }
 
-// The controller step followed by TelemetryDrain::record (compaction kernel,
-// two copies to pinned memory, the previous step's lines written to an
-// EventLog on /dev/null), 100 steps back to back, against the controller
-// alone in the same run: what per-step telemetry costs.
-inline void bench_telemetry(std::size_t n, cudaStream_t s) {
+// A calm trace: every unit near its own level (2% noise), and two units a
+// step 30 times theirs, so a step has a handful of events (their triggers,
+// grants and releases) as a healthy run's steps do.
+inline gnmr::cuda::DeviceBuffer upload_calm_trace(std::size_t n) {
   const int kSteps = trace_steps(n);
-  gnmr::cuda::DeviceBuffer d = upload_trace(n);
+  std::vector<float> h(n * kSteps);
+  for (int t = 0; t < kSteps; ++t)
+    for (std::size_t i = 0; i < n; ++i) {
+      const double base = std::exp(6.0 * tracegen::uniform(11, i, 0, 1) - 3.0);
+      double x = base * (1.0 + 0.02 * (tracegen::uniform(11, i, static_cast<std::uint64_t>(t), 2) - 0.5));
+      if (i == (static_cast<std::size_t>(t) * 7919u) % n || i == (static_cast<std::size_t>(t) * 104729u + 1u) % n)
+        x *= 30.0;
+      h[static_cast<std::size_t>(t) * n + i] = static_cast<float>(x);
+    }
+  gnmr::cuda::DeviceBuffer d(h.size() * sizeof(float));
+  BK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// The controller step followed by TelemetryDrain::record (the compaction
+// kernel writing into a pinned slot; the previous step's lines written to an
+// EventLog on /dev/null), 100 steps back to back, against the controller
+// alone in the same run: what per-step telemetry costs. Two traces: the
+// contended one of the controller rows (hundreds to thousands of unit
+// events on every step: the host's formatting of those lines is part of
+// the cost) and a calm one (a handful). `label` names the controller: the
+// typed DeviceController<> or make_device("default").
+template <class Ctl>
+void time_telemetry(std::size_t n, const std::string& label, Ctl& ctl, bool calm, cudaStream_t s) {
+  const int kSteps = trace_steps(n);
+  gnmr::cuda::DeviceBuffer d = calm ? upload_calm_trace(n) : upload_trace(n);
   std::FILE* sink = std::fopen("/dev/null", "w");
   if (sink == nullptr) return;
   {
     gnmr::EventLog log(sink);
-    gnmr::cuda::DeviceController<> ctl(n);
     gnmr::cuda::TelemetryDrain drain(n);
     int t = 0;
     const auto step = [&](bool telemetry) {
@@ -115,15 +149,50 @@ inline void bench_telemetry(std::size_t n, cudaStream_t s) {
       ++t;
     };
     for (int i = 0; i < 2 * kSteps; ++i) step(true);
-    const std::string lay = std::to_string(n) + " units";
+    // Unit events per step over one pass of the trace (the summary's counts).
+    double events = 0;
+    for (int i = 0; i < kSteps; ++i) {
+      step(false);
+      BK(cudaStreamSynchronize(s));
+      const gnmr::StepSummary sm = ctl.copy_summary();
+      events += sm.triggered + sm.granted + sm.denied + sm.released + sm.nonfinite;
+    }
+    char lay[96];
+    std::snprintf(lay, sizeof lay, "%zu units, %s trace, %.0f events/step", n, calm ? "calm" : "contended",
+                  events / kSteps);
     const int kBatch = 100;
     const double alone = median_ms([&] { for (int i = 0; i < kBatch; ++i) step(false); }, s, 7, 1) / kBatch;
-    report("controller step alone (100 back-to-back)", lay, alone, 0, 0, "-");
+    report(label + " step alone (100 back-to-back)", lay, alone, 0, 0, "-");
     const double with = median_ms([&] { for (int i = 0; i < kBatch; ++i) step(true); }, s, 7, 1) / kBatch;
-    report("controller step + TelemetryDrain::record (100 back-to-back)", lay, with, 0, 0, "-");
+    report(label + " step + TelemetryDrain::record (100 back-to-back)", lay, with, 0, 0, "<= 1.05 x alone");
     drain.flush(log);
+    // The same with a log that writes no line (event mask 0): the drain's
+    // device and API cost without the host's formatting of the lines.
+    gnmr::EventLogOptions none;
+    none.events = 0u;
+    gnmr::EventLog quiet(sink, none);
+    const double bare = median_ms(
+        [&] {
+          for (int i = 0; i < kBatch; ++i) {
+            BK(ctl.step_norms(d.as<float>() + static_cast<std::size_t>(t % kSteps) * n, s));
+            drain.record(ctl, quiet, s);
+            ++t;
+          }
+        },
+        s, 7, 1) / kBatch;
+    report(label + " step + record, no lines written (100 back-to-back)", lay, bare, 0, 0, "-");
+    drain.flush(quiet);
   }
   std::fclose(sink);
+}
+
+inline void bench_telemetry(std::size_t n, cudaStream_t s) {
+  for (bool calm : {true, false}) {
+    gnmr::cuda::DeviceController<> ctl(n);
+    time_telemetry(n, "controller", ctl, calm, s);
+  }
+  auto def = gnmr::cuda::make_device("default", n);
+  time_telemetry(n, "make_device(\"default\")", *def, true, s);
 }
 
 }  // namespace bench

@@ -74,14 +74,7 @@ struct FusedArgs {
   std::uint32_t* block_skip;  // per block: did an outer unit suggest skipping the step
 };
 
-// Whether a controller's selection is the identity (every candidate
-// granted) on every step, so that its commit can run without phase 2:
-// unlimited slots, no systemic rule, no warm-up clip (both need the total).
-template <class PS>
-bool selection_free(const PS& p) {
-  return p.budget.slots() == 0xffffffffu && p.opt.systemic.action == SystemicAction::kOff &&
-         !gnmr::detail::needs_total(p.opt.systemic, p.opt.warmup_clip);
-}
+using gnmr::detail::selection_free;  // gnmr/step/layered.hpp
 
 template <class State>
 constexpr std::size_t kStageOnly = kStageState<State> ? (sizeof(State) * kSelectThreads + 15u) / 16u : 1u;

@@ -39,6 +39,7 @@
 #include "gnmr/config.hpp"
 #include "gnmr/core/math.hpp"
 #include "gnmr/core/types.hpp"
+#include "gnmr/step/systemic.hpp"
 
 namespace gnmr {
 
@@ -71,5 +72,22 @@ GNMR_HOST_DEVICE StepSummary layer_summary(const StepSummary& outer, const StepS
 // The global outer rule's norm from the fixed-order sum of the finite
 // norms' squares (detail::total_sq_tree; the device's tree is the same).
 GNMR_HOST_DEVICE float layer_global_norm(double total_sq) { return math::sqrt(static_cast<float>(total_sq)); }
+
+namespace detail {
+
+// Whether a controller's selection is the identity on every step: every
+// candidate granted (unlimited slots: grants_wanted gives all candidates),
+// no systemic rule and no warm-up clip (both need the step's total). Such a
+// rule's whole step is per unit, so an outer rule of this kind can be
+// stepped without its phase 2, inside the inner's kernels
+// (gnmr/cuda/layered_fused.cuh): its commit with rule_all() and
+// systemic_none() (warm-up scale 1) is its step.
+template <class PS>
+bool selection_free(const PS& p) {
+  return p.budget.slots() == 0xffffffffu && p.opt.systemic.action == SystemicAction::kOff &&
+         !needs_total(p.opt.systemic, p.opt.warmup_clip);
+}
+
+}  // namespace detail
 
 }  // namespace gnmr

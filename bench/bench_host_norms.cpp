@@ -8,10 +8,13 @@
 //    32000 x 384 (the two embedding-sized tensors hold 39% of the elements,
 //    as in the docs/performance.md anchor), final norm: 201 tensors, 63.5M elements.
 //  * uniform: 1000 tensors x 64Ki elements (65.5M), the many-tensors case.
+// BM_HostPartials is the default order (HostOrder::kFast), and
+// BM_HostPartialsKernelOrder the CUDA kernel's (HostOrder::kKernel).
 // Bytes processed = gradient bytes read (numel * dtype size); the per-unit
 // output is negligible. Single thread: host_unit_partials does not spawn,
 // so the rates use CPU time (the default), which a shared machine's other
 // load does not inflate.
+#include <gnmr/host/block_sumsq.hpp>
 #include <gnmr/host/chunk_sumsq.hpp>
 #include <gnmr/host/unit_norms.hpp>
 #include <gnmr/policy/norm.hpp>
@@ -90,11 +93,13 @@ const Grads& grads(LayoutKind kind, gnmr::DType dtype) {
 }
 
 template <class Norm>
-void BM_HostPartials(benchmark::State& state, LayoutKind kind, gnmr::DType dtype) {
+void BM_HostPartials(benchmark::State& state, LayoutKind kind, gnmr::DType dtype, gnmr::HostOrder order) {
   const Grads& g = grads(kind, dtype);
   std::vector<float> partials(g.segs.size());
+  gnmr::HostNormOptions opt;
+  opt.order = order;
   for (auto _ : state) {
-    gnmr::host_unit_partials<Norm>(g.segs.data(), g.segs.size(), partials.data(), partials.size());
+    gnmr::host_unit_partials<Norm>(g.segs.data(), g.segs.size(), partials.data(), partials.size(), opt);
     benchmark::DoNotOptimize(partials.data());
     benchmark::ClobberMemory();
   }
@@ -138,13 +143,29 @@ void BM_ChunkIsa(benchmark::State& state, LayoutKind kind, gnmr::DType dtype, gn
                           static_cast<std::int64_t>(g.bytes));
 }
 
+// One build of the fast order (gnmr/host/block_sumsq.hpp, the default) over
+// every segment: the builds give the same bits (best_block_isa() picks).
+void BM_BlockIsa(benchmark::State& state, LayoutKind kind, gnmr::DType dtype, gnmr::detail::BlockIsa isa) {
+  const Grads& g = grads(kind, dtype);
+  const bool bf = dtype == gnmr::DType::kBF16;
+  for (auto _ : state) {
+    double acc = 0;
+    for (const gnmr::Segment& s : g.segs)
+      acc += gnmr::detail::sumsq16_fast(static_cast<const std::uint16_t*>(s.data), s.numel, bf, isa);
+    benchmark::DoNotOptimize(acc);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) *
+                          static_cast<std::int64_t>(g.bytes));
+}
+
 // Registered at static-initialisation time (BENCHMARK_CAPTURE cannot take a
-// template argument); names read BM_HostPartials/<norm>/<layout>_<dtype>.
+// template argument); names read BM_HostPartials/<norm>/<layout>_<dtype>
+// (the default order, kFast) and BM_HostPartialsKernelOrder/... (kKernel).
 template <class Norm>
-void add(const char* layout_name, LayoutKind kind, gnmr::DType dtype) {
-  const std::string name = std::string("BM_HostPartials/") + Norm::kName + "/" + layout_name +
-                           "_" + gnmr::dtype_name(dtype);
-  benchmark::RegisterBenchmark(name.c_str(), BM_HostPartials<Norm>, kind, dtype)
+void add(const char* layout_name, LayoutKind kind, gnmr::DType dtype, gnmr::HostOrder order = gnmr::HostOrder::kFast) {
+  const std::string name = std::string(order == gnmr::HostOrder::kFast ? "BM_HostPartials/" : "BM_HostPartialsKernelOrder/") +
+                           Norm::kName + "/" + layout_name + "_" + gnmr::dtype_name(dtype);
+  benchmark::RegisterBenchmark(name.c_str(), BM_HostPartials<Norm>, kind, dtype, order)
       ->Unit(benchmark::kMillisecond)
       ->MinTime(0.3);
 }
@@ -160,6 +181,19 @@ const bool registered = [] {
   }
   for (DType t : {DType::kF32, DType::kBF16, DType::kF16})
     add<gnmr::L2Norm>("uniform_1000x64K", LayoutKind::kUniform, t);
+  for (DType t : {DType::kBF16, DType::kF16}) {
+    add<gnmr::L2Norm>("llama", LayoutKind::kLlama, t, gnmr::HostOrder::kKernel);
+    add<gnmr::L2Norm>("uniform_1000x64K", LayoutKind::kUniform, t, gnmr::HostOrder::kKernel);
+  }
+  using gnmr::detail::BlockIsa;
+  const std::pair<const char*, BlockIsa> bisas[] = {
+      {"portable", BlockIsa::kPortable}, {"avx2", BlockIsa::kAvx2}, {"avx512", BlockIsa::kAvx512}};
+  for (DType t : {DType::kBF16, DType::kF16})
+    for (const auto& i : bisas)
+      benchmark::RegisterBenchmark((std::string("BM_BlockIsa/") + i.first + "/llama_" + gnmr::dtype_name(t)).c_str(),
+                                   BM_BlockIsa, LayoutKind::kLlama, t, i.second)
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.3);
   using gnmr::detail::ChunkIsa;
   const std::pair<const char*, ChunkIsa> isas[] = {
       {"portable", ChunkIsa::kPortable}, {"sse", ChunkIsa::kSse}, {"avx2", ChunkIsa::kAvx2}, {"avx512", ChunkIsa::kAvx512}};

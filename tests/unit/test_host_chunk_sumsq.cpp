@@ -1,4 +1,4 @@
-// Host bf16/fp16 sums of squares in the CUDA kernel's order
+// Host bf16/fp16 sums of squares in the CUDA kernel's order (HostOrder::kKernel)
 // (gnmr/host/chunk_sumsq.hpp, issue 32): host_unit_partials against the
 // kernel's host replay (tests/reference/unit_partials.hpp) bit for bit, the
 // portable, AVX2 and AVX-512 builds against each other, and the error bound
@@ -39,6 +39,15 @@ std::vector<std::uint16_t> random_values(std::mt19937_64& rng, std::size_t n, bo
   return v;
 }
 
+// HostOrder::kKernel: the order this file tests (the default, kFast, is
+// tests/unit/test_host_block_sumsq.cpp's).
+gnmr::HostNormOptions kernel_order() {
+  gnmr::HostNormOptions o;
+  o.order = gnmr::HostOrder::kKernel;
+  return o;
+}
+const gnmr::HostNormOptions kKernelOrder = kernel_order();
+
 }  // namespace
 
 TEST_CASE("host bf16/fp16 partials are the CUDA kernel's, bit for bit", "[norms][chunk-order]") {
@@ -59,7 +68,7 @@ TEST_CASE("host bf16/fp16 partials are the CUDA kernel's, bit for bit", "[norms]
                                static_cast<std::uint32_t>(i % units)});
       }
       std::vector<float> host(units);
-      gnmr::host_unit_partials<gnmr::L2Norm>(segs.data(), segs.size(), host.data(), units);
+      gnmr::host_unit_partials<gnmr::L2Norm>(segs.data(), segs.size(), host.data(), units, kKernelOrder);
       const auto L = gnmr::detail::build_norm_layout(segs.data(), segs.size(), units);
       const std::vector<float> dev = gnmr::reference::emulate_unit_partials<gnmr::L2Norm>(L);
       for (std::size_t u = 0; u < units; ++u) {
@@ -121,7 +130,7 @@ TEST_CASE("host bf16/fp16 partials stay within the derived bound of the exact su
       exact += comp;
       Segment s{v.data(), n, bf ? DType::kBF16 : DType::kF16, 0};
       float got = 0;
-      gnmr::host_unit_partials<gnmr::L2Norm>(&s, 1, &got, 1);
+      gnmr::host_unit_partials<gnmr::L2Norm>(&s, 1, &got, 1, kKernelOrder);
       const double m = std::ceil(static_cast<double>(std::min<std::size_t>(n, 65536)) / 2048.0) + 1;
       const double k = m + 12;
       const double bound = k * u / (1 - k * u) + u / 2 + std::ldexp(1.0, -50);
@@ -134,14 +143,14 @@ TEST_CASE("host bf16/fp16 partials stay within the derived bound of the exact su
   inf[2999] = 0x7f80;
   Segment si{inf.data(), inf.size(), DType::kBF16, 0};
   float got = 0;
-  gnmr::host_unit_partials<gnmr::L2Norm>(&si, 1, &got, 1);
+  gnmr::host_unit_partials<gnmr::L2Norm>(&si, 1, &got, 1, kKernelOrder);
   CHECK(std::isinf(got));
   inf[5] = 0x7fc1;
-  gnmr::host_unit_partials<gnmr::L2Norm>(&si, 1, &got, 1);
+  gnmr::host_unit_partials<gnmr::L2Norm>(&si, 1, &got, 1, kKernelOrder);
   CHECK(std::isnan(got));
   std::vector<std::uint16_t> sub(4096, 0x0001);  // 2^-133: its square is below every float
   Segment ss{sub.data(), sub.size(), DType::kBF16, 0};
-  gnmr::host_unit_partials<gnmr::L2Norm>(&ss, 1, &got, 1);
+  gnmr::host_unit_partials<gnmr::L2Norm>(&ss, 1, &got, 1, kKernelOrder);
   CHECK(got == 0.0f);
 }
 
@@ -152,7 +161,7 @@ TEST_CASE("a unit mixing fp32 and bf16 segments folds them in double, in segment
   std::vector<Segment> segs = {{h.data(), h.size(), DType::kBF16, 0}, {f.data(), f.size(), DType::kF32, 0},
                                {h.data() + 1, 1000, DType::kBF16, 1}};
   std::vector<float> p(2);
-  gnmr::host_unit_partials<gnmr::L2Norm>(segs.data(), segs.size(), p.data(), 2);
+  gnmr::host_unit_partials<gnmr::L2Norm>(segs.data(), segs.size(), p.data(), 2, kKernelOrder);
   double want = 0;
   for (std::uint64_t off = 0; off < h.size(); off += 65536)
     want += gnmr::detail::chunk_sumsq16(h.data() + off, std::min<std::uint64_t>(65536, h.size() - off), true);

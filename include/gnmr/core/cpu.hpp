@@ -43,5 +43,16 @@ inline bool host_has_avx2_f16c() {
 #endif
 }
 
+// AVX-512 F and BW, with AVX2 and F16C (the 512-bit builds use all four).
+inline bool host_has_avx512bw() {
+#if GNMR_HOST_X86_SIMD
+  static const bool yes = __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512bw") != 0 &&
+                          host_has_avx2_f16c();
+  return yes;
+#else
+  return false;
+#endif
+}
+
 }  // namespace detail
 }  // namespace gnmr

@@ -231,16 +231,6 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c"))) inline void row_avx512(flo
 // AVX-512 (F, BW). All give the same bits.
 enum class ChunkIsa : int { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kSse = 3 };
 
-inline bool host_has_avx512bw() {
-#if GNMR_HOST_X86_SIMD
-  static const bool yes = __builtin_cpu_supports("avx512f") != 0 && __builtin_cpu_supports("avx512bw") != 0 &&
-                          host_has_avx2_f16c();
-  return yes;
-#else
-  return false;
-#endif
-}
-
 inline ChunkIsa best_chunk_isa() {
   if (host_has_avx2_f16c()) return ChunkIsa::kSse;  // F16C present: the fastest build measured (above)
   return ChunkIsa::kPortable;

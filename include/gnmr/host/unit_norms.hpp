@@ -11,16 +11,20 @@
 //   controller.step(partials);
 //
 // Precision (L2, RMS): fp32 segments are summed in double (in lanes, in
-// the order gnmr/host/sumsq.hpp defines); bf16 and fp16 segments in the
-// CUDA kernel's order (gnmr/host/chunk_sumsq.hpp: fp32 within each
-// 65,536-element chunk, double across chunks). A unit whose segments are
-// all bf16/fp16 gets exactly the partial gnmr::cuda::NormPlan computes for
-// the same layout (default chunk size, the same addresses modulo 16): a
-// host replay of a GPU's gradients gives its norms bit for bit. A unit with
-// an fp32 segment combines its segments in double, in segment order (a
-// 16-bit segment's value: its chunk partials summed in double, in order),
-// then rounds once. Every build (portable, AVX2, AVX-512) gives the same
-// bits; docs/algorithm.md ("Norms on the host") states the error bounds. A unit whose exact sum of squares
+// the order gnmr/host/sumsq.hpp defines); bf16 and fp16 segments in one of
+// two fixed orders (HostOrder below). kFast, the default
+// (gnmr/host/block_sumsq.hpp): fp32 lanes over blocks of 4,096 elements,
+// double across blocks; a unit's segments summed in double, in segment
+// order, then rounded once. kKernel (gnmr/host/chunk_sumsq.hpp): the CUDA
+// kernel's order (fp32 within each 65,536-element chunk, double across
+// chunks): a unit whose segments are all bf16/fp16 gets exactly the partial
+// gnmr::cuda::NormPlan computes for the same layout (default chunk size, the
+// same addresses modulo 16), so a host replay of a GPU's gradients gives its
+// norms bit for bit; a unit with an fp32 segment combines its segments in
+// double, in segment order (a 16-bit segment's value: its chunk partials
+// summed in double, in order), then rounds once. Every build (portable,
+// AVX2, AVX-512) gives the same bits in either order; docs/algorithm.md
+// ("Norms on the host") states the error bounds. A unit whose exact sum of squares
 // exceeds FLT_MAX (|g|_2 > ~1.8e19) rounds to +Inf: the controller then sees
 // a non-finite norm and gives that unit the safety action (skip), which is
 // the right call for a gradient that large. NaN/Inf elements propagate to
@@ -37,6 +41,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "gnmr/core/dtype.hpp"
@@ -44,6 +49,7 @@
 #include "gnmr/core/math.hpp"
 #include "gnmr/core/numeric.hpp"
 #include "gnmr/core/parallel.hpp"
+#include "gnmr/host/block_sumsq.hpp"
 #include "gnmr/host/chunk_sumsq.hpp"
 #include "gnmr/host/sumsq.hpp"
 #include "gnmr/policy/norm.hpp"
@@ -183,6 +189,24 @@ inline void segment_chunks16(const Segment& s, float* cp) {
 // identity (0), and the Reducer combines the ranks.
 enum class Coverage { kEveryUnit, kShard };
 
+// The order of the bf16/fp16 sums of squares (L2, RMS; fp32 segments and
+// the other norms are the same under both).
+//   kFast:   gnmr/host/block_sumsq.hpp: 64 fp32 lanes over blocks of 4,096
+//            contiguous elements, double across blocks and segments; the
+//            fastest on a CPU, independent of addresses. The default.
+//   kKernel: gnmr/host/chunk_sumsq.hpp: the CUDA kernel's order, so that a
+//            unit of bf16/fp16 segments gets gnmr::cuda::NormPlan's partial
+//            bit for bit (a host replay of a GPU's gradients). Slower: about
+//            0.85 x of kFast on the CPU measured (docs/performance.md).
+// Both are deterministic and the same on every ISA build; their error
+// bounds are in docs/algorithm.md ("Norms on the host").
+enum class HostOrder { kFast, kKernel };
+
+struct HostNormOptions {
+  Coverage coverage = Coverage::kEveryUnit;
+  HostOrder order = HostOrder::kFast;
+};
+
 // Partials of every unit: partials[u] for u < num_units. Throws
 // std::invalid_argument (naming the segment) on an empty segment, null data,
 // an unknown dtype, unit >= num_units, num_units == 0, or (kEveryUnit) a unit
@@ -197,8 +221,8 @@ enum class Coverage { kEveryUnit, kShard };
 // whose fold is element by element, runs serially).
 template <class Norm = L2Norm, class ParallelFor = SerialFor>
 void host_unit_partials(const Segment* segs, std::size_t n_segs, float* partials,
-                        std::size_t num_units, Coverage coverage = Coverage::kEveryUnit,
-                        ParallelFor&& pfor = ParallelFor{}) {
+                        std::size_t num_units, HostNormOptions opt, ParallelFor&& pfor = ParallelFor{}) {
+  const Coverage coverage = opt.coverage;
   constexpr detail::HostKernel kernel = detail::host_kernel<Norm>();
   const char* fn = "host_unit_partials";
   if (partials == nullptr) throw std::invalid_argument("gnmr: host_unit_partials: null partials");
@@ -223,6 +247,21 @@ void host_unit_partials(const Segment* segs, std::size_t n_segs, float* partials
         m = Norm::combine(m, Norm::element(detail::load_element(s, j)));
       acc[s.unit] = static_cast<double>(m);
     }
+  } else if (kernel == detail::HostKernel::kSumSquares && opt.order == HostOrder::kFast) {
+    // Every segment's sum in double (fp32: gnmr/host/sumsq.hpp; bf16/fp16:
+    // gnmr/host/block_sumsq.hpp), each into its own slot; then each unit's
+    // in segment order, rounded once below.
+    std::vector<double>& seg = detail::segment_scratch(n_segs);
+    pfor(n_segs, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) {
+        const Segment& s = segs[i];
+        seg[i] = detail::is_16bit(s.dtype)
+                     ? detail::sumsq16_fast(static_cast<const std::uint16_t*>(s.data), s.numel,
+                                            s.dtype == DType::kBF16)
+                     : detail::sumsq_f32(static_cast<const float*>(s.data), s.numel);
+      }
+    });
+    for (std::size_t i = 0; i < n_segs; ++i) acc[segs[i].unit] += seg[i];
   } else if (kernel == detail::HostKernel::kSumSquares) {
     // fp32 segments: their double sums; bf16/fp16 segments: the kernel's
     // chunk partials (gnmr/host/chunk_sumsq.hpp), each into its own slot.
@@ -279,6 +318,22 @@ void host_unit_partials(const Segment* segs, std::size_t n_segs, float* partials
     }
   }
   for (std::size_t u = 0; u < num_units; ++u) partials[u] = detail::to_float_rn(acc[u]);
+}
+
+// The same with a coverage and the default order (HostOrder::kFast).
+template <class Norm = L2Norm, class ParallelFor = SerialFor>
+void host_unit_partials(const Segment* segs, std::size_t n_segs, float* partials,
+                        std::size_t num_units, Coverage coverage = Coverage::kEveryUnit,
+                        ParallelFor&& pfor = ParallelFor{}) {
+  HostNormOptions opt;
+  opt.coverage = coverage;
+  host_unit_partials<Norm>(segs, n_segs, partials, num_units, opt, std::forward<ParallelFor>(pfor));
+}
+
+template <class Norm = L2Norm>
+void host_unit_partials(const std::vector<Segment>& segs, std::vector<float>& partials,
+                        HostNormOptions opt) {
+  host_unit_partials<Norm>(segs.data(), segs.size(), partials.data(), partials.size(), opt);
 }
 
 template <class Norm = L2Norm>

@@ -19,6 +19,7 @@
 #include "gnmr/cuda/fused_partials.cuh"
 #include "gnmr/cuda/grid.cuh"
 #include "gnmr/cuda/layered.cuh"
+#include "gnmr/cuda/layered_fused.cuh"
 #include "gnmr/cuda/memory.cuh"
 #include "gnmr/cuda/presets.cuh"
 #include "gnmr/cuda/summary_ring.cuh"

@@ -43,6 +43,7 @@
 #include <string>
 
 #include "gnmr/core/types.hpp"
+#include "gnmr/detail/compact.hpp"
 #include "gnmr/cuda/block.cuh"
 #include "gnmr/cuda/error.cuh"
 #include "gnmr/cuda/grid.cuh"
@@ -118,16 +119,11 @@ __global__ void __launch_bounds__(Threads) compact_events(DrainArgs a) {
     const std::uint32_t ex = block_exclusive_sum<Threads>(cnt, chunk, tmp);
     s_start[threadIdx.x] = total + ex;  // past the grid: total + chunk, never chosen below
     __syncthreads();
-    const std::uint32_t end = total + chunk < a.capacity ? total + chunk : a.capacity;
-    for (std::uint32_t o = total + threadIdx.x; o < end; o += Threads) {
-      // The block holding output o: the last j with s_start[j] <= o (an
-      // empty block shares its start with the next one, which wins).
-      std::uint32_t lo = 0, hi = Threads;
-      while (lo < hi) {
-        const std::uint32_t mid = (lo + hi) / 2u;
-        if (s_start[mid] <= o) lo = mid + 1u; else hi = mid;
-      }
-      const std::uint32_t j = lo - 1u;  // s_start[0] = total <= o
+    const gnmr::detail::OutputRange r = gnmr::detail::chunk_outputs(total, chunk, a.capacity);
+    for (std::uint32_t o = r.begin + threadIdx.x; o < r.end; o += Threads) {
+      // The block holding output o (gnmr/detail/compact.hpp): the last j with
+      // s_start[j] <= o; s_start[0] = total <= o.
+      const std::uint32_t j = gnmr::detail::last_start_at_or_below(s_start, Threads, o);
       const std::uint32_t u =
           __ldcg(a.tile_units + static_cast<std::size_t>(c + j) * a.tile_keep + (o - s_start[j]));
       a.out_units[o] = u;

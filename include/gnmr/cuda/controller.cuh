@@ -245,11 +245,11 @@ class DeviceController {
 
   template <bool kFinish>
   cudaError_t launch(const float* in, cudaStream_t stream) {
-    cudaError_t e = launch_evaluate<kFinish>(in, stream);
+    const detail::CtrlArgs<Policies> a = kernel_args();
+    cudaError_t e = launch_evaluate<kFinish>(a, in, stream);
     if (e != cudaSuccess) return e;
     // The commit as a programmatic dependent of the evaluation (sm_90+): its
     // launch and state staging overlap the evaluation instead of following it.
-    const detail::CtrlArgs<Policies> a = kernel_args();
     return launch_dependent(detail::ctrl_commit_summarize<Policies>, blocks_for(n_), gnmr::detail::kSelectThreads,
                             stream, pdl_, a);
   }
@@ -283,10 +283,10 @@ class DeviceController {
     a.systemic_threshold = threshold_;
     return a;
   }
-  // Phase 1 (and 2) alone: ctrl_evaluate_select on the stream.
+  // Phase 1 (and 2) alone: ctrl_evaluate_select on the stream, with the
+  // arguments kernel_args() gave.
   template <bool kFinish>
-  cudaError_t launch_evaluate(const float* in, cudaStream_t stream) {
-    const detail::CtrlArgs<Policies> a = kernel_args();
+  cudaError_t launch_evaluate(const detail::CtrlArgs<Policies>& a, const float* in, cudaStream_t stream) {
     const unsigned int nb = static_cast<unsigned int>(blocks_for(n_));
     // global-clip's per-block tree of squares: dynamic shared memory, so the
     // other actions (and no rule) keep the evaluate kernel's footprint as it was.

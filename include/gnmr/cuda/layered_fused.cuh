@@ -315,11 +315,11 @@ class FusedLayeredDeviceController final : public DynDeviceController {
 
   template <bool kFinish>
   cudaError_t run(const float* in, cudaStream_t s) {
-    cudaError_t e = inner_.template launch_evaluate<kFinish>(in, s);
-    if (e != cudaSuccess) return e;
     detail::FusedArgs<PO, PI> f{};
     f.o = outer_.kernel_args();
     f.i = inner_.kernel_args();
+    cudaError_t e = inner_.template launch_evaluate<kFinish>(f.i, in, s);
+    if (e != cudaSuccess) return e;
     f.combine = combine_;
     f.dec = dec_.as<UnitDecision>();
     f.rep = rep_.as<UnitReport>();

@@ -46,6 +46,7 @@
 #include "gnmr/config.hpp"
 #include "gnmr/core/cpu.hpp"
 #include "gnmr/core/half.hpp"
+#include "gnmr/host/widen16.hpp"
 
 #if GNMR_HOST_X86_SIMD
 #include <immintrin.h>
@@ -66,11 +67,6 @@ inline double fold_lanes64(const float* acc) {
   return d[0];
 }
 
-template <bool kBf16>
-inline float widen1(std::uint16_t b) {
-  return kBf16 ? bits_to_float(static_cast<std::uint32_t>(b) << 16) : fp16_to_float(b);
-}
-
 // acc[j] += sq(q[j]) for j < cnt <= 64, lane j: a block's tail (and the
 // whole of the portable build).
 template <bool kBf16>
@@ -81,35 +77,33 @@ inline void lanes_scalar(float* acc, const std::uint16_t* q, std::uint64_t cnt) 
   }
 }
 
+// A block's end in every build: the tail (fewer than 64 elements, lanes
+// 0..) added to the lanes, then the fold.
+template <bool kBf16>
+inline double finish_block(float* acc, const std::uint16_t* q, std::uint64_t cnt) {
+  lanes_scalar<kBf16>(acc, q, cnt);
+  return fold_lanes64(acc);
+}
+
 template <bool kBf16>
 inline double block_portable(const std::uint16_t* q, std::uint64_t len) {
   float acc[kFastLanes] = {};
   std::uint64_t j = 0;
   for (; j + kFastLanes <= len; j += kFastLanes) lanes_scalar<kBf16>(acc, q + j, kFastLanes);
-  lanes_scalar<kBf16>(acc, q + j, len - j);
-  return fold_lanes64(acc);
+  return finish_block<kBf16>(acc, q + j, len - j);
 }
 
 #if GNMR_HOST_X86_SIMD
-// Eight lanes from eight 16-bit values at any address: bf16 as the 16 bits
-// above 16 zero bits (exact, NaN kept); fp16 by F16C (exact for every value).
-template <bool kBf16>
-__attribute__((target("avx2,f16c"))) inline __m256 widen8u(const std::uint16_t* q) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
-  if (kBf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
-  return _mm256_cvtph_ps(v);
-}
-
 // Lanes 8k..8k+7 in register a[k]: 64 elements an iteration.
 template <bool kBf16>
 __attribute__((target("avx2,f16c"))) inline double block_avx2(const std::uint16_t* q, std::uint64_t len) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
   std::uint64_t j = 0;
   for (; j + kFastLanes <= len; j += kFastLanes) {
-    const __m256 x0 = widen8u<kBf16>(q + j), x1 = widen8u<kBf16>(q + j + 8);
-    const __m256 x2 = widen8u<kBf16>(q + j + 16), x3 = widen8u<kBf16>(q + j + 24);
-    const __m256 x4 = widen8u<kBf16>(q + j + 32), x5 = widen8u<kBf16>(q + j + 40);
-    const __m256 x6 = widen8u<kBf16>(q + j + 48), x7 = widen8u<kBf16>(q + j + 56);
+    const __m256 x0 = widen8<kBf16>(q + j), x1 = widen8<kBf16>(q + j + 8);
+    const __m256 x2 = widen8<kBf16>(q + j + 16), x3 = widen8<kBf16>(q + j + 24);
+    const __m256 x4 = widen8<kBf16>(q + j + 32), x5 = widen8<kBf16>(q + j + 40);
+    const __m256 x6 = widen8<kBf16>(q + j + 48), x7 = widen8<kBf16>(q + j + 56);
     a0 = _mm256_add_ps(a0, _mm256_mul_ps(x0, x0));
     a1 = _mm256_add_ps(a1, _mm256_mul_ps(x1, x1));
     a2 = _mm256_add_ps(a2, _mm256_mul_ps(x2, x2));
@@ -128,29 +122,18 @@ __attribute__((target("avx2,f16c"))) inline double block_avx2(const std::uint16_
   _mm256_store_ps(acc + 40, a5);
   _mm256_store_ps(acc + 48, a6);
   _mm256_store_ps(acc + 56, a7);
-  lanes_scalar<kBf16>(acc, q + j, len - j);
-  return fold_lanes64(acc);
+  return finish_block<kBf16>(acc, q + j, len - j);
 }
 
-// Lanes 16k..16k+15 in register a[k]. The zero-masked forms with an
-// all-ones mask are the plain instructions (GCC 12's plain intrinsics pass
-// an "undefined" register that -Wmaybe-uninitialized reports).
-template <bool kBf16>
-__attribute__((target("avx512f,avx512bw,avx2,f16c"))) inline __m512 widen16u(const std::uint16_t* q) {
-  const __mmask16 all = 0xffff;
-  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-  if (kBf16) return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, _mm512_maskz_cvtepu16_epi32(all, v), 16));
-  return _mm512_maskz_cvtph_ps(all, v);
-}
-
+// Lanes 16k..16k+15 in register a[k].
 template <bool kBf16>
 __attribute__((target("avx512f,avx512bw,avx2,f16c"))) inline double block_avx512(const std::uint16_t* q,
                                                                                 std::uint64_t len) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   std::uint64_t j = 0;
   for (; j + kFastLanes <= len; j += kFastLanes) {
-    const __m512 x0 = widen16u<kBf16>(q + j), x1 = widen16u<kBf16>(q + j + 16);
-    const __m512 x2 = widen16u<kBf16>(q + j + 32), x3 = widen16u<kBf16>(q + j + 48);
+    const __m512 x0 = widen16<kBf16>(q + j), x1 = widen16<kBf16>(q + j + 16);
+    const __m512 x2 = widen16<kBf16>(q + j + 32), x3 = widen16<kBf16>(q + j + 48);
     a0 = _mm512_add_ps(a0, _mm512_mul_ps(x0, x0));
     a1 = _mm512_add_ps(a1, _mm512_mul_ps(x1, x1));
     a2 = _mm512_add_ps(a2, _mm512_mul_ps(x2, x2));
@@ -161,8 +144,7 @@ __attribute__((target("avx512f,avx512bw,avx2,f16c"))) inline double block_avx512
   _mm512_store_ps(acc + 16, a1);
   _mm512_store_ps(acc + 32, a2);
   _mm512_store_ps(acc + 48, a3);
-  lanes_scalar<kBf16>(acc, q + j, len - j);
-  return fold_lanes64(acc);
+  return finish_block<kBf16>(acc, q + j, len - j);
 }
 #endif
 

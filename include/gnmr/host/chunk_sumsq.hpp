@@ -44,6 +44,7 @@
 #include "gnmr/config.hpp"
 #include "gnmr/core/cpu.hpp"
 #include "gnmr/core/half.hpp"
+#include "gnmr/host/widen16.hpp"
 #include "gnmr/plan/norm_plan.hpp"
 
 #if GNMR_HOST_X86_SIMD
@@ -139,7 +140,7 @@ inline void for_each_row(float* acc, const std::uint16_t* body, std::uint64_t le
 template <bool kBf16>
 inline void row_portable(float* acc, const std::uint16_t* q, std::uint64_t cnt) {
   for (std::uint64_t e = 0; e < cnt; ++e) {
-    const float x = kBf16 ? bits_to_float(static_cast<std::uint32_t>(q[e]) << 16) : f16_bits_to_float(q[e]);
+    const float x = widen1<kBf16>(q[e]);
     acc[e] = acc[e] + x * x;
   }
 }
@@ -152,15 +153,7 @@ inline void row_portable(float* acc, const std::uint16_t* q, std::uint64_t cnt) 
 // (docs/performance.md): several rows per load and store (the rows are
 // 4 KB apart: 0.6x of the read roofline against 0.85x), and blocks of
 // accumulators held in registers down the rows (0.4-0.5x).
-// bf16 -> fp32: the 16 bits above 16 zero bits (exact, NaN kept); fp16 by
-// F16C (exact for every value, subnormals included whatever DAZ says).
-template <bool kBf16>
-__attribute__((target("avx2,f16c"))) inline __m256 widen8(const std::uint16_t* q) {
-  const __m128i v = _mm_load_si128(reinterpret_cast<const __m128i*>(q));  // 16-byte aligned
-  if (kBf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
-  return _mm256_cvtph_ps(v);
-}
-
+// widen8 / widen16: gnmr/host/widen16.hpp.
 template <bool kBf16>
 __attribute__((target("avx2,f16c"))) inline void row_avx2(float* acc, const std::uint16_t* q, std::uint64_t cnt) {
   for (std::uint64_t e = 0; e < cnt; e += 8) {
@@ -201,17 +194,7 @@ __attribute__((target("sse2,f16c"))) inline void row_sse(float* acc, const std::
   for (; e < cnt; e += 8) sse_step8<kBf16>(acc + e, q + e);
 }
 
-// 16 at a time. The zero-masked forms with an all-ones mask are the plain
-// instructions; GCC 12's plain intrinsics pass an "undefined" register that
-// -Wmaybe-uninitialized reports in the user's build.
-template <bool kBf16>
-__attribute__((target("avx512f,avx512bw,avx2,f16c"))) inline __m512 widen16(const std::uint16_t* q) {
-  const __mmask16 all = 0xffff;
-  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
-  if (kBf16) return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, _mm512_maskz_cvtepu16_epi32(all, v), 16));
-  return _mm512_maskz_cvtph_ps(all, v);
-}
-
+// 16 at a time.
 template <bool kBf16>
 __attribute__((target("avx512f,avx512bw,avx2,f16c"))) inline void row_avx512(float* acc, const std::uint16_t* q,
                                                                             std::uint64_t cnt) {

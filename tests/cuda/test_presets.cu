@@ -15,6 +15,7 @@
 #include "gnmr/host/layered.hpp"
 #include "gnmr/presets/make.hpp"
 #include "harness.cuh"
+#include "../support/summary_eq.hpp"
 #include "../support/trace_gen.hpp"
 
 namespace gpu_test {
@@ -75,22 +76,6 @@ void run_preset(const std::string& name, std::size_t units = 0, int steps_ = 0) 
   std::printf("  %-11s %3zu unit(s), %d steps: %zu triggers/skips, host==device\n", name.c_str(), n, steps, acted);
 }
 
-// Field by field (a StepSummary has 4 bytes of tail padding, which no code
-// defines: memcmp would compare them too).
-bool same_summary(const gnmr::StepSummary& a, const gnmr::StepSummary& b) {
-  const auto bits = [](float x) {
-    std::uint32_t u;
-    std::memcpy(&u, &x, 4);
-    return u;
-  };
-  return a.step == b.step && a.triggered == b.triggered && a.granted == b.granted &&
-         a.in_recovery == b.in_recovery && a.denied == b.denied && a.nonfinite == b.nonfinite &&
-         a.released == b.released && bits(a.max_ratio) == bits(b.max_ratio) &&
-         a.max_ratio_unit == b.max_ratio_unit && a.skip_step == b.skip_step && a.systemic == b.systemic &&
-         bits(a.systemic_scale) == bits(b.systemic_scale) && bits(a.total_norm) == bits(b.total_norm) &&
-         bits(a.total_mean) == bits(b.total_mean);
-}
-
 // The fused layered step (gnmr/cuda/layered_fused.cuh) against the generic
 // one (LayeredDeviceController over the same two presets), both on the
 // device: every field of every decision and report, the summary, and the
@@ -121,7 +106,7 @@ void fused_vs_generic(const std::string& outer, const std::string& inner, std::s
       const auto sa = a->copy_summary(), sb = b.copy_summary();
       bad += std::memcmp(da.data(), db.data(), n * sizeof(gnmr::UnitDecision)) != 0;
       bad += std::memcmp(ra.data(), rb.data(), n * sizeof(gnmr::UnitReport)) != 0;
-      bad += !same_summary(sa, sb);
+      bad += !testsupport::same_summary(sa, sb);
     }
     EXPECT(bad == 0, "%s (%s): %zu differences between fused and generic over %d steps", name.c_str(),
            from_norms ? "norms" : "partials", bad, steps);
@@ -158,7 +143,7 @@ void fused_vs_generic(const std::string& outer, const std::string& inner, std::s
       for (std::size_t u = 0; u < n; ++u)
         bad_after += ha->decisions()[u].flags != hb->decisions()[u].flags ||
                      !same_bits(ha->decisions()[u].scale, hb->decisions()[u].scale);
-      bad_after += !same_summary(ha->summary(), hb->summary());
+      bad_after += !testsupport::same_summary(ha->summary(), hb->summary());
     }
     EXPECT(bad_after == 0, "%s: host controllers loaded from the fused and generic blobs differ (%zu)",
            name.c_str(), bad_after);

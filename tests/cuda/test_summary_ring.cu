@@ -17,6 +17,7 @@
 #include "gnmr/cuda/summary_ring.cuh"
 #include "harness.cuh"
 #include "../support/trace_gen.hpp"
+#include "../support/summary_eq.hpp"
 
 namespace gpu_test {
 namespace {
@@ -27,12 +28,7 @@ __global__ void ring_spin(long long cycles) {
   }
 }
 
-bool same_summary(const gnmr::StepSummary& a, const gnmr::StepSummary& b) {
-  return a.step == b.step && a.triggered == b.triggered && a.granted == b.granted &&
-         a.in_recovery == b.in_recovery && a.denied == b.denied && a.nonfinite == b.nonfinite &&
-         a.released == b.released && same_bits(a.max_ratio, b.max_ratio) &&
-         a.max_ratio_unit == b.max_ratio_unit && a.skip_step == b.skip_step;
-}
+using testsupport::same_summary;  // tests/support/summary_eq.hpp
 
 }  // namespace
 

@@ -18,25 +18,19 @@
 
 #include "gnmr/host/unit_norms.hpp"
 
+#include "../support/sumsq16_values.hpp"
+
 namespace {
 
 using gnmr::DType;
 using gnmr::Segment;
 using gnmr::detail::BlockIsa;
 
-std::uint16_t enc(float v, bool bf) { return bf ? gnmr::float_to_bf16(v) : gnmr::float_to_fp16(v); }
-float dec(std::uint16_t b, bool bf) { return bf ? gnmr::bf16_to_float(b) : gnmr::fp16_to_float(b); }
-
+using sumsq16::dec;
+using sumsq16::enc;
+// Values over many binades, with subnormals.
 std::vector<std::uint16_t> random_values(std::mt19937_64& rng, std::size_t n, bool bf) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> e(bf ? -30 : -12, bf ? 20 : 10);
-  std::vector<std::uint16_t> v(n);
-  for (auto& x : v) x = enc(std::ldexp(u(rng), e(rng)), bf);
-  if (n > 10) {
-    v[n / 3] = 0x0001;                 // the smallest subnormal
-    v[n / 2] = bf ? 0x8040 : 0x8200;   // a negative subnormal
-  }
-  return v;
+  return sumsq16::random_values(rng, n, bf, true);
 }
 
 // The order as docs/algorithm.md states it, written out independently.
@@ -119,15 +113,7 @@ TEST_CASE("fast order: within the derived bound of the exact sum", "[norms][fast
   for (bool bf : {true, false}) {
     for (std::size_t n : {100ul, 70000ul, 1000000ul, 5000000ul}) {
       const auto v = random_values(rng, n, bf);
-      double exact = 0, comp = 0;  // Fast2Sum over exact squares (16-bit inputs square exactly in double)
-      for (std::uint16_t x16 : v) {
-        const double x = static_cast<double>(dec(x16, bf));
-        const double y = x * x;
-        const double t = exact + y;
-        comp += (exact - t) + y;
-        exact = t;
-      }
-      exact += comp;
+      const double exact = sumsq16::exact_sumsq(v, bf);
       const double blocks = std::ceil(static_cast<double>(n) / 4096.0);
       const double e = std::ldexp(1.0, -53);
       const double bound = 64 * u / (1 - 64 * u) + (6 + blocks) * e / (1 - (6 + blocks) * e);

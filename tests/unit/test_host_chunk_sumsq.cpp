@@ -16,6 +16,7 @@
 #include "gnmr/host/unit_norms.hpp"
 
 #include "../reference/unit_partials.hpp"
+#include "../support/sumsq16_values.hpp"
 
 namespace {
 
@@ -23,21 +24,9 @@ using gnmr::DType;
 using gnmr::Segment;
 using gnmr::detail::ChunkIsa;
 
-std::uint16_t enc(float v, bool bf) { return bf ? gnmr::float_to_bf16(v) : gnmr::float_to_fp16(v); }
-float dec(std::uint16_t b, bool bf) { return bf ? gnmr::bf16_to_float(b) : gnmr::fp16_to_float(b); }
-
-// Values spanning many binades (so the fp32 sums round), some subnormal.
-std::vector<std::uint16_t> random_values(std::mt19937_64& rng, std::size_t n, bool bf, bool special = false) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> e(bf ? -30 : -12, bf ? 20 : 10);
-  std::vector<std::uint16_t> v(n);
-  for (auto& x : v) x = enc(std::ldexp(u(rng), e(rng)), bf);
-  if (special && n > 10) {
-    v[n / 3] = bf ? 0x0001 : 0x0001;  // the smallest subnormal
-    v[n / 2] = bf ? 0x8040 : 0x8200;  // negative subnormals
-  }
-  return v;
-}
+using sumsq16::dec;
+using sumsq16::enc;
+using sumsq16::random_values;
 
 // HostOrder::kKernel: the order this file tests (the default, kFast, is
 // tests/unit/test_host_block_sumsq.cpp's).
@@ -118,16 +107,7 @@ TEST_CASE("host bf16/fp16 partials stay within the derived bound of the exact su
   for (bool bf : {true, false}) {
     for (std::size_t n : {100ul, 70000ul, 1000000ul, 5000000ul}) {
       const auto v = random_values(rng, n, bf);
-      double exact = 0;  // every square and sum of these is exact in long double? no: use a 2-sum in double
-      double comp = 0;
-      for (std::uint16_t b : v) {
-        const double x = static_cast<double>(dec(b, bf));
-        const double y = x * x;  // exact in double (16-bit inputs)
-        const double t = exact + y;
-        comp += (exact - t) + y;  // Fast2Sum, |exact| >= |y| after the first few terms (non-negative terms)
-        exact = t;
-      }
-      exact += comp;
+      const double exact = sumsq16::exact_sumsq(v, bf);
       Segment s{v.data(), n, bf ? DType::kBF16 : DType::kF16, 0};
       float got = 0;
       gnmr::host_unit_partials<gnmr::L2Norm>(&s, 1, &got, 1, kKernelOrder);

@@ -26,6 +26,7 @@
 #include "gnmr/step/step.hpp"
 #include "gnmr/step/systemic.hpp"
 
+#include "../support/summary_eq.hpp"
 #include "../support/trace_gen.hpp"
 
 namespace {
@@ -33,22 +34,6 @@ namespace {
 namespace presets = gnmr::presets;
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
-
-// Field by field (a StepSummary has 4 bytes of tail padding, which no code
-// defines: memcmp would compare them too).
-bool same_summary(const gnmr::StepSummary& a, const gnmr::StepSummary& b) {
-  const auto bits = [](float x) {
-    std::uint32_t u;
-    std::memcpy(&u, &x, 4);
-    return u;
-  };
-  return a.step == b.step && a.triggered == b.triggered && a.granted == b.granted &&
-         a.in_recovery == b.in_recovery && a.denied == b.denied && a.nonfinite == b.nonfinite &&
-         a.released == b.released && bits(a.max_ratio) == bits(b.max_ratio) &&
-         a.max_ratio_unit == b.max_ratio_unit && a.skip_step == b.skip_step && a.systemic == b.systemic &&
-         bits(a.systemic_scale) == bits(b.systemic_scale) && bits(a.total_norm) == bits(b.total_norm) &&
-         bits(a.total_mean) == bits(b.total_mean);
-}
 
 
 // The fused order on the host: the outer's per-unit step (no selection),
@@ -105,7 +90,7 @@ void check_pair(const std::string& outer_name, const std::string& inner_name, st
     gnmr::StepSummary os{};
     os.skip_step = skip;
     const gnmr::StepSummary s = gnmr::layer_summary(os, inner->summary());
-    bad += !same_summary(s, layered->summary());
+    bad += !testsupport::same_summary(s, layered->summary());
   }
   INFO(name << ": " << bad << " layered and " << bad_outer << " outer differences over " << steps << " steps");
   CHECK(bad == 0);

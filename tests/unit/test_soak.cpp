@@ -23,6 +23,7 @@
 
 #include "gnmr/host/controller.hpp"
 #include "gnmr/io/state.hpp"
+#include "../support/summary_eq.hpp"
 
 namespace {
 
@@ -93,12 +94,7 @@ bool same_state(const S& x, const S& y, int window) {
   return ok;
 }
 
-bool same_summary(const gnmr::StepSummary& x, const gnmr::StepSummary& y) {
-  return x.step == y.step && x.triggered == y.triggered && x.granted == y.granted &&
-         x.in_recovery == y.in_recovery && x.denied == y.denied && x.nonfinite == y.nonfinite &&
-         x.released == y.released && bits(x.max_ratio) == bits(y.max_ratio) &&
-         x.max_ratio_unit == y.max_ratio_unit && x.skip_step == y.skip_step;
-}
+using testsupport::same_summary;  // tests/support/summary_eq.hpp
 
 }  // namespace
 

@@ -7,6 +7,7 @@
 #include "gnmr/host/controller.hpp"
 #include "gnmr/policy/mean.hpp"
 #include "gnmr/policy/norm.hpp"
+#include "../support/summary_eq.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -68,15 +69,7 @@ std::vector<std::uint8_t> bytes_of(const std::vector<T>& v) {
   return b;
 }
 
-bool same_summary(const gnmr::StepSummary& a, const gnmr::StepSummary& b) {
-  std::uint32_t ra, rb;
-  std::memcpy(&ra, &a.max_ratio, 4);
-  std::memcpy(&rb, &b.max_ratio, 4);
-  return a.step == b.step && a.triggered == b.triggered && a.granted == b.granted &&
-         a.in_recovery == b.in_recovery && a.denied == b.denied && a.nonfinite == b.nonfinite &&
-         a.released == b.released && ra == rb && a.max_ratio_unit == b.max_ratio_unit &&
-         a.skip_step == b.skip_step;
-}
+using testsupport::same_summary;  // tests/support/summary_eq.hpp
 
 // Steps a and b with the same partials; every output must match bit for bit.
 // Returns how many grants happened (so a test can show the trace is lively).

@@ -21,6 +21,8 @@ from .controller import Controller
 from .sharded import ShardedUnits
 
 _STATE_KEYS = ("step", "beta1_pow", "beta2_pow")
+# The controller's state in this optimizer's state dict (state_dict()).
+CONTROLLER_KEY = "gnmr"
 
 
 class AdamW(torch.optim.Optimizer):
@@ -239,8 +241,12 @@ class AdamW(torch.optim.Optimizer):
         """torch's optimizer state dict; each parameter's entry holds
         exp_avg, exp_avg_sq and its unit's step, beta1_pow and beta2_pow
         (Python numbers, kept exact: the per-unit bias-correction state lives
-        in the C++ core, not in ``self.state``). Synchronises on CUDA."""
+        in the C++ core, not in ``self.state``), and ``"gnmr"`` holds the
+        controller's :meth:`~gnmr.Controller.state_dict`: a checkpoint of
+        the optimizer alone (the Hugging Face Trainer's ``optimizer.pt``,
+        Lightning's) resumes the controller too. Synchronises on CUDA."""
         sd = super().state_dict()
+        sd[CONTROLLER_KEY] = self.controller.state_dict()
         if self._cores is None:
             return sd
         packed = sd["state"]
@@ -253,13 +259,34 @@ class AdamW(torch.optim.Optimizer):
         return sd
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """torch's load_state_dict; a torch.optim.AdamW state dict loads too
-        (its per-tensor steps become the units' steps)."""
-        super().load_state_dict(state_dict)
-        for k, group in enumerate(self.param_groups):  # a bad state raises here, not mid-step
-            _check_flags(group)
-            params, _ = self._split(group, k)
-            self._unit_states(params, group, [self.controller.unit_of(p) for p in params])
+        """torch's load_state_dict, and the controller's state from
+        ``state_dict["gnmr"]`` when it is there. A state dict without it
+        (torch.optim.AdamW's, whose per-tensor steps become the units'
+        steps, or the reduced one torch.distributed.checkpoint's
+        ``set_optimizer_state_dict`` passes: save the controller beside it
+        there, docs/python.md) leaves the controller as it is. Raises
+        ValueError on a bad state, with the optimizer and the controller
+        unchanged."""
+        ctl = state_dict.get(CONTROLLER_KEY) if isinstance(state_dict, dict) else None
+        before = None
+        if ctl is not None:
+            before = self.controller.state_dict()
+            self.controller.load_state_dict(ctl)  # checked first: raises with nothing changed
+        rest = {k: v for k, v in state_dict.items() if k != CONTROLLER_KEY}
+        # torch's load builds a new state and new group dicts: the old ones
+        # are what a failed load puts back.
+        old_state, old_groups = self.state, self.param_groups
+        try:
+            super().load_state_dict(rest)
+            for k, group in enumerate(self.param_groups):  # a bad state raises here, not mid-step
+                _check_flags(group)
+                params, _ = self._split(group, k)
+                self._unit_states(params, group, [self.controller.unit_of(p) for p in params])
+        except Exception:
+            self.state, self.param_groups = old_state, old_groups
+            if before is not None:
+                self.controller.load_state_dict(before)
+            raise
         self._cores = None
 
     def _live_unit_states(self) -> Iterator[Tuple[torch.Tensor, Dict[str, Any]]]:

@@ -177,7 +177,7 @@ def load(out: str, rank: int) -> Dict[str, Any]:
 
 @rank_main
 def dcp_run(rank: int, world: int, port: str, out: str, phase: str, ckpt: str,
-            save_at: int, steps: int) -> None:
+            save_at: int, steps: int, preset: str = "gnmr") -> None:
     """One rank of a checkpoint run. 'save': FSDP2 on `world` ranks, trains
     to save_at, saves model, optimizer and controller with
     torch.distributed.checkpoint, trains on to `steps`. 'load': a fresh
@@ -193,7 +193,7 @@ def dcp_run(rank: int, world: int, port: str, out: str, phase: str, ckpt: str,
     try:
         layout = "ref" if world == 1 else "fsdp"
         model, dp_rank, dp_size = build(layout, world)
-        ctl = gnmr.Controller(model, "gnmr", **OVERRIDES)
+        ctl = gnmr.Controller(model, preset, **(OVERRIDES if preset == "gnmr" else {}))
         opt = gnmr.optim.AdamW(model.parameters(), lr=LR, controller=ctl)
         if phase == "save":
             train(model, ctl, opt, True, range(save_at), dp_rank, dp_size, layout, False)

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gnmr/core/types.hpp"
+#include "gnmr/detail/canonical.hpp"
 #include "gnmr/host/controller.hpp"
 
 namespace semtest {
@@ -105,8 +106,10 @@ inline std::string flag_names(std::uint32_t f) {
 // that a call left state untouched.
 template <class T>
 std::vector<std::uint8_t> bytes_of(const T* p, std::size_t n) {
+  // Canonical bytes (gnmr/detail/canonical.hpp): a state's padding holds
+  // no value, so two equal states compare equal here as in their blobs.
   std::vector<std::uint8_t> b(sizeof(T) * n);
-  if (n) std::memcpy(b.data(), p, b.size());
+  for (std::size_t i = 0; i < n; ++i) gnmr::detail::canonical_copy(p[i], b.data() + i * sizeof(T));
   return b;
 }
 template <class T>

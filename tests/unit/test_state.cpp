@@ -4,6 +4,7 @@
 // as it was (state bytes, step count, and its future decisions).
 #include "gnmr/io/state.hpp"
 
+#include "gnmr/detail/canonical.hpp"
 #include "gnmr/host/controller.hpp"
 #include "gnmr/policy/mean.hpp"
 #include "gnmr/policy/norm.hpp"
@@ -64,8 +65,9 @@ struct Trace {
 
 template <class T>
 std::vector<std::uint8_t> bytes_of(const std::vector<T>& v) {
+  // Canonical bytes (gnmr/detail/canonical.hpp), as the blob stores them.
   std::vector<std::uint8_t> b(v.size() * sizeof(T));
-  if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+  for (std::size_t i = 0; i < v.size(); ++i) gnmr::detail::canonical_copy(v[i], b.data() + i * sizeof(T));
   return b;
 }
 

@@ -27,9 +27,11 @@
 // The states are the controllers' raw PODs of floats and integers:
 // little-endian on every supported target (x86-64, arm64 and the GPU), so a
 // blob saved by the host backend loads into the CUDA one and back (typed
-// DeviceController overloads: gnmr/cuda/controller.cuh). Padding bytes
-// inside a state are copied as they are; two controllers with the same
-// logical state may thus give blobs that differ in padding, never in meaning.
+// DeviceController overloads: gnmr/cuda/controller.cuh). The states are
+// written canonically (gnmr/detail/canonical.hpp): padding and the byte of
+// an empty policy state are zero, so the same state gives the same bytes on
+// the host and the device, straight or resumed. (Blobs written before this
+// rule may hold other bytes there; they load alike, meaning is unchanged.)
 //
 // The fingerprint hashes the identity (each policy's name, the template
 // parameters and hyperparameters that shape its stored state, a Compose's
@@ -63,6 +65,7 @@
 #include <utility>
 #include <vector>
 
+#include "gnmr/detail/canonical.hpp"
 #include "gnmr/detail/fnv.hpp"
 #include "gnmr/io/state_id.hpp"
 #include "gnmr/step/systemic.hpp"
@@ -160,8 +163,10 @@ std::vector<std::uint8_t> write_state_blob(const PS& p, const typename PS::UnitS
   put_le(b + 56, id.size(), 4);
   put_le(b + 60, sizeof(GlobalState), 4);
   std::memcpy(b + kStateHeaderBytes, id.data(), id.size());
-  std::memcpy(b + g_at, &global, sizeof(GlobalState));
-  if (payload != 0) std::memcpy(b + u_at, units, payload);
+  // Canonical bytes (gnmr/detail/canonical.hpp): the same state gives the
+  // same blob, whatever its padding held (`out` starts zeroed).
+  canonical_copy(global, b + g_at);
+  for (std::uint64_t u = 0; u < n; ++u) canonical_copy(units[u], b + u_at + u * sizeof(UnitState));
   put_le(b + u_at + payload, fnv1a64(b, u_at + payload), 8);
   return out;
 }

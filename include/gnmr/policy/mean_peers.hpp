@@ -31,8 +31,9 @@ struct EmaMeanVar {
     float mu;
     float var;
     std::uint32_t k;
+    std::uint32_t pad_;  // explicit, always 0: no hole in a state blob (gnmr/detail/canonical.hpp)
   };
-  GNMR_HOST_DEVICE static State init() { return State{0.0, 0.0, 0.0f, 0.0f, 0u}; }
+  GNMR_HOST_DEVICE static State init() { return State{0.0, 0.0, 0.0f, 0.0f, 0u, 0u}; }
   GNMR_HOST_DEVICE static std::uint32_t count(const State& s) { return s.k; }
   GNMR_HOST_DEVICE float mean(const State& s) const { return s.mu; }
   GNMR_HOST_DEVICE float stddev(const State& s) const { return math::sqrt(s.var); }

@@ -16,6 +16,7 @@
 
 #include "gnmr/core/math.hpp"
 #include "gnmr/core/types.hpp"
+#include "gnmr/detail/canonical.hpp"
 #include "gnmr/detail/check.hpp"
 
 namespace gnmr {
@@ -122,6 +123,10 @@ struct Compose {
   struct State {
     typename A::State a;
     typename Compose<Rest...>::State r;
+    void canonical_bytes(unsigned char* out) const {  // gnmr/detail/canonical.hpp
+      detail::canonical_member(*this, a, out);
+      detail::canonical_member(*this, r, out);
+    }
   };
   GNMR_HOST_DEVICE static State init() { return State{A::init(), Compose<Rest...>::init()}; }
   GNMR_HOST_DEVICE void apply(State& s, const UnitView& v, UnitDecision& d,
@@ -140,6 +145,7 @@ struct Compose<A> {
   static constexpr const char* kName = "compose";
   struct State {
     typename A::State a;
+    void canonical_bytes(unsigned char* out) const { detail::canonical_member(*this, a, out); }
   };
   GNMR_HOST_DEVICE static State init() { return State{A::init()}; }
   GNMR_HOST_DEVICE void apply(State& s, const UnitView& v, UnitDecision& d,

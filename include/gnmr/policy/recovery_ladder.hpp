@@ -30,8 +30,9 @@ struct Ladder {
   struct State {
     std::int64_t last_grant;  // 0 = never
     std::uint32_t rung;
+    std::uint32_t pad_;  // explicit, always 0: no hole in a state blob (gnmr/detail/canonical.hpp)
   };
-  GNMR_HOST_DEVICE static State init() { return State{0, 0u}; }
+  GNMR_HOST_DEVICE static State init() { return State{0, 0u, 0u}; }
 
   GNMR_HOST_DEVICE void apply(State& s, const UnitView& v, UnitDecision& d,
                               std::uint32_t& global_skip) const {

@@ -20,6 +20,7 @@
 
 #include "gnmr/core/math.hpp"
 #include "gnmr/core/types.hpp"
+#include "gnmr/detail/canonical.hpp"
 #include "gnmr/detail/check.hpp"
 #include "gnmr/policy/interface.hpp"
 #include "gnmr/policy/recovery.hpp"
@@ -120,6 +121,14 @@ struct PolicySet {
     typename Trigger::State trigger;
     typename Recovery::State recovery;
     typename Budget::State budget;
+    // The four states at their offsets, the gaps between them zero
+    // (gnmr/detail/canonical.hpp: what a state blob stores).
+    void canonical_bytes(unsigned char* out) const {
+      detail::canonical_member(*this, mean, out);
+      detail::canonical_member(*this, trigger, out);
+      detail::canonical_member(*this, recovery, out);
+      detail::canonical_member(*this, budget, out);
+    }
   };
   GNMR_HOST_DEVICE static UnitState init_unit() {
     return UnitState{Mean::init(), Trigger::init(), Recovery::init(), Budget::init()};

@@ -151,6 +151,7 @@ inline std::string options_text(const gnmr::presets::Options& o) {
   if (o.deny_kappa) put("deny_kappa", *o.deny_kappa);
   if (o.rate) put("rate", *o.rate);
   if (o.floor) put("floor", *o.floor);
+  if (o.ceiling) put("ceiling", *o.ceiling);
   return s.str();
 }
 

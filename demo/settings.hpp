@@ -160,6 +160,7 @@ inline void parse_gnmr_set(gnmr::presets::Options& o, const std::string& text) {
     else if (k == "deny_kappa") o.deny_kappa = static_cast<float>(to_double(f, v));
     else if (k == "rate") o.rate = static_cast<float>(to_double(f, v));
     else if (k == "floor") o.floor = static_cast<float>(to_double(f, v));
+    else if (k == "ceiling") o.ceiling = static_cast<float>(to_double(f, v));
     else throw std::invalid_argument("--gnmr-set: unknown key '" + k + "'");
   }
 }
@@ -183,6 +184,7 @@ inline const std::vector<Setting>& settings() {
          c.model.mlp = v == "swiglu" ? Mlp::kSwiGlu : Mlp::kGelu; }},
       {"--batch", "sequences per batch (context 64)", [](R& c, S v) { c.batch = static_cast<int>(to_long("--batch", v, 1, 4096)); }},
       {"--lr", "peak AdamW learning rate", [](R& c, S v) { c.lr = to_double("--lr", v); }},
+      {"--warmup", "learning-rate warm-up steps (then cosine)", [](R& c, S v) { c.warmup = static_cast<int>(to_long("--warmup", v, 0, 10000000)); }},
       {"--beta2", "AdamW beta2", [](R& c, S v) { c.beta2 = to_double("--beta2", v); }},
       {"--recipe-clip", "the recipe's global norm clip (0: none)", [](R& c, S v) { c.recipe_clip = to_double("--recipe-clip", v); }},
       {"--fwd", "forward format of activations and weights: none|e4m3|e5m2|e2m1",
@@ -260,6 +262,7 @@ inline void merge_arm(RunConfig& c, const ArmDef& a) {
   if (given.deny_kappa) o.deny_kappa = given.deny_kappa;
   if (given.rate) o.rate = given.rate;
   if (given.floor) o.floor = given.floor;
+  if (given.ceiling) o.ceiling = given.ceiling;
 }
 
 }  // namespace demo

@@ -78,6 +78,7 @@ step; nan/inf/-inf cells are valid) and reports what they did.
  Calibrated trigger (gnmr-calibrated, default; docs/algorithm.md, "Calibrated trigger"):
   --rate X         target false alarms per unit-step    (default 1e-3)
   --floor X        smallest jump (a factor) that fires  (default 2)
+  --ceiling X      a ratio above X fires always, from step 2 (default 16; inf: none)
  Denied units (gnmr presets; docs/algorithm.md, "Denied units"):
   --deny-kappa X   clip a denied unit to X * mean without a slot (gnmr: 1; others: off)
   --max-norm X     clip, zclip: the fixed norm limit
@@ -201,6 +202,8 @@ inline bool apply(Options& o, const std::string& key, const std::string& v) {
     p.rate = to_float(k, v);
   } else if (k == "floor") {
     p.floor = to_float(k, v);
+  } else if (k == "ceiling") {
+    p.ceiling = to_float(k, v);
   } else if (k == "max-norm") {
     p.max_norm = to_float(k, v);
   } else if (k == "z") {

@@ -19,9 +19,13 @@ Arms (every arm meets the same data, initial weights and events):
               high-precision share without PRESET's choice); PRESET's run
               must be in OUT/results.csv (it is run first)
 
-Models (--model): llama (LlamaForCausalLM: RMSNorm, SwiGLU, rotary) and
-neox (GPTNeoXForCausalLM: LayerNorm, GELU MLP, parallel residual, fused
-QKV), both from a config, hidden 64, 2 layers, 4 heads, byte vocabulary.
+Models (--model), each from a config, hidden 64, 2 layers, 4 heads, byte
+vocabulary: llama (LlamaForCausalLM: RMSNorm, SwiGLU, rotary), neox
+(GPTNeoXForCausalLM: LayerNorm, GELU MLP, parallel residual, fused QKV),
+qwen2 (Llama's layout, q/k/v biases, grouped-query attention), opt
+(LayerNorm, ReLU MLP, learned positions), gemma (GeGLU, RMSNorm with
+1 + w, scaled embeddings), phi3 (fused qkv and gate_up). The recipe:
+--lr, --warmup (linear, then cosine), --steps, --batch.
 --per-100 0 turns the stressor off (false alarms: every promotion serves
 nothing).
 
@@ -106,6 +110,11 @@ def run(arm: str, seed: int, a) -> dict:
     from gnmr.integrations.hf import GnmrCallback
 
     torch.set_num_threads(1)
+    # On CPUs with AVX512-FP16, torch 2.13 sends float8 GEMMs (torch._scaled_mm)
+    # to oneDNN's reference kernel (~300x slower); without oneDNN the same
+    # call returns the same bits: the run's speed then does not depend on
+    # which CPU it lands on.
+    torch.backends.mkldnn.enabled = False
     t0 = time.time()
     data = load_bytes(a.text)
     n_val = 64 * SEQ
@@ -144,6 +153,9 @@ def run(arm: str, seed: int, a) -> dict:
     preset = None if arm in ("low", "high") else ("stabilizer" if arm.endswith("-random") else arm)
     if preset is not None:
         ctl = gnmr.Controller(gnmr_ao.operator_units(model), preset)
+        if a.trace:  # the per-operator norm trace gnmr-replay reads
+            (Path(a.out) / "traces").mkdir(parents=True, exist_ok=True)
+            ctl.trace(Path(a.out) / "traces" / f"{arm}-{seed}.csv")
         if arm.endswith("-random"):
             src = json.loads((Path(a.out) / "episodes" / f"{arm[:-len('-random')]}-{seed}.json").read_text())
             table = random_table(src, [n for n, _ in lin], a.steps, seed)
@@ -171,12 +183,14 @@ def run(arm: str, seed: int, a) -> dict:
     callbacks.append(Clock())
     args = transformers.TrainingArguments(
         output_dir=os.path.join(a.out, "tmp", f"{arm}-{seed}"), max_steps=a.steps,
-        per_device_train_batch_size=a.batch, learning_rate=a.lr, warmup_steps=20,
+        per_device_train_batch_size=a.batch, learning_rate=a.lr, warmup_steps=a.warmup,
         lr_scheduler_type="cosine", weight_decay=0.1, max_grad_norm=1.0, adam_beta2=0.95,
         logging_strategy="no", save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
         seed=seed, data_seed=seed)
     tr = transformers.Trainer(model=model, args=args, train_dataset=DS(), callbacks=callbacks)
     tr.train()
+    if ctl is not None and a.trace:
+        ctl.close()
     model.eval()
     with torch.no_grad():
         gnmr_ao.disable_promotion(model)
@@ -206,7 +220,28 @@ def build_model(kind: str):
                                          num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=SEQ,
                                          use_parallel_residual=True, rotary_pct=0.25)
         return transformers.GPTNeoXForCausalLM(cfg)
-    raise ValueError(f"--model must be llama or neox, got {kind!r}")
+    if kind == "qwen2":  # Llama's layout with q/k/v biases and grouped-query attention
+        cfg = transformers.Qwen2Config(vocab_size=256, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ)
+        return transformers.Qwen2ForCausalLM(cfg)
+    if kind == "opt":  # LayerNorm, ReLU MLP, learned positions, biases everywhere
+        cfg = transformers.OPTConfig(vocab_size=256, hidden_size=64, ffn_dim=256, num_hidden_layers=2,
+                                     num_attention_heads=4, max_position_embeddings=SEQ, word_embed_proj_dim=64)
+        return transformers.OPTForCausalLM(cfg)
+    if kind == "gemma":  # GeGLU MLP, RMSNorm (1 + w), embeddings scaled by sqrt(hidden)
+        cfg = transformers.GemmaConfig(vocab_size=256, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=4, head_dim=16,
+                                       max_position_embeddings=SEQ)
+        return transformers.GemmaForCausalLM(cfg)
+    if kind == "phi3":  # fused qkv and gate_up projections
+        cfg = transformers.Phi3Config(vocab_size=256, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=SEQ,
+                                      pad_token_id=0, bos_token_id=1, eos_token_id=2)
+        return transformers.Phi3ForCausalLM(cfg)
+    raise ValueError(f"--model must be one of {', '.join(MODELS)}, got {kind!r}")
+
+
+MODELS = ("llama", "neox", "qwen2", "opt", "gemma", "phi3")
 
 
 def episodes_of(masks):
@@ -346,7 +381,10 @@ def main() -> None:
     ap.add_argument("--per-100", type=float, default=2.0)
     ap.add_argument("--factor-min", type=float, default=50.0)
     ap.add_argument("--factor-max", type=float, default=500.0)
-    ap.add_argument("--model", default="llama", choices=["llama", "neox"])
+    ap.add_argument("--model", default="llama", choices=MODELS)
+    ap.add_argument("--warmup", type=int, default=20, help="learning-rate warm-up steps (then cosine)")
+    ap.add_argument("--trace", action="store_true",
+                    help="write each controlled run's per-operator norm trace to OUT/traces/ARM-SEED.csv")
     ap.add_argument("--detect-k", type=int, default=3, help="an act within k steps of an event's start detects it")
     ap.add_argument("--pairs", default="", help="A:B[,C:D]: paired differences arm A minus arm B in the summary")
     ap.add_argument("--text", default="/usr/share/games/fortunes")

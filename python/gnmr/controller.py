@@ -57,8 +57,8 @@ class Controller:
             in C++: ``tau``, ``delta``, ``warmup``, ``window``,
             ``delta_window``, ``beta``, ``max_o``, ``lock``, ``cooldown``,
             ``kappa``, ``max_norm``, ``z``, ``clip_factor``, ``mean``,
-            ``restart_every`` (stabilizer, spam), ``rate``, ``floor``
-            (gnmr-calibrated, default).
+            ``restart_every`` (stabilizer, spam), ``rate``, ``floor``,
+            ``ceiling`` (gnmr-calibrated, default).
 
     Raises:
         ValueError: an unknown preset or override, an override the preset

@@ -174,7 +174,7 @@ REPLAY_FLAGS = {"tau": "--tau", "delta": "--delta", "warmup": "--warmup", "windo
                 "systemic_share": "--systemic-share", "systemic_maxo": "--systemic-maxo",
                 "systemic_kappa": "--systemic-kappa", "systemic_beta": "--systemic-beta",
                 "deny_kappa": "--deny-kappa", "restart_every": "--restart-every",
-                "rate": "--rate", "floor": "--floor"}
+                "rate": "--rate", "floor": "--floor", "ceiling": "--ceiling"}
 
 
 def replay_events(exe: str, trace: Path, preset: str, overrides: Dict[str, object],

@@ -14,7 +14,7 @@
 namespace calref {
 
 struct Params {
-  double rate = 1e-3, floor = 2.0;
+  double rate = 1e-3, floor = 2.0, ceiling = 16.0;  // ceiling: INFINITY = none
   std::uint32_t warmup = 20;
   double beta = 0.98, winsor = 3.0, min_spread = 0.05;
   std::size_t window = 4;
@@ -56,11 +56,23 @@ class Unit {
       }
       const double K = std::log(1.0 / p_.rate);
       const double lf = std::log2(p_.floor);
+      const double lc = std::log2(p_.ceiling);  // +inf for none
       auto thr = [&](const Stat& st) {
         return std::max(st.loc(p_.beta) + K * std::max(st.spread(p_.beta), p_.min_spread), lf);
       };
-      if (level_.k >= p_.warmup) {
-        const double tl = thr(level_);
+      bool ceiling_while_calibrating = false;
+      if (level_.k < p_.warmup) {
+        // Calibrating: the ceiling is the only rule; the mean's clamp is
+        // floor * mu; a sample it fires on stays out of the statistics.
+        v.target = mu * p_.floor;
+        if (std::isfinite(lc)) {
+          v.triggered = v.x > lc;
+          v.margin = std::fabs(v.x - lc);
+          v.risk = std::max(v.x / lc, 0.0);
+        }
+        ceiling_while_calibrating = v.triggered;
+      } else {
+        const double tl = std::min(thr(level_), lc);
         v.target = mu * std::exp2(tl);
         v.triggered = v.x > tl;
         v.margin = std::fabs(v.x - tl);
@@ -74,10 +86,12 @@ class Unit {
         v.risk = std::max(v.risk, 0.0);
       }
       // the trigger's statistics, after the verdict
-      if (has_jump) push(jump_, v.j);
-      push(level_, v.x);
-      ring_.push_back(v.x);
-      if (ring_.size() > p_.window) ring_.pop_front();
+      if (!ceiling_while_calibrating) {
+        if (has_jump) push(jump_, v.j);
+        push(level_, v.x);
+        ring_.push_back(v.x);
+        if (ring_.size() > p_.window) ring_.pop_front();
+      }
     }
     const double fed = v.triggered ? std::min(n, v.target) : n;
     m_ = p_.mean_beta * m_ + (1 - p_.mean_beta) * fed;

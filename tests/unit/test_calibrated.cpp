@@ -69,6 +69,7 @@ calref::Params ref_params(const Options& o) {
   calref::Params p;
   if (o.rate) p.rate = *o.rate;
   if (o.floor) p.floor = *o.floor;
+  if (o.ceiling) p.ceiling = *o.ceiling;
   if (o.warmup) p.warmup = static_cast<std::uint32_t>(*o.warmup);
   if (o.delta_window) p.window = static_cast<std::size_t>(*o.delta_window);
   return p;
@@ -115,10 +116,12 @@ TEST_CASE("gnmr-calibrated's verdicts match the double-precision reference", "[c
   tight.floor = 1.2f;
   tight.delta_window = 1;
   tight.warmup = 5;
+  tight.ceiling = 4.0f;
   Options wide;
   wide.rate = 1e-5f;
   wide.floor = 4.0f;
   wide.delta_window = 8;
+  wide.ceiling = std::numeric_limits<float>::infinity();  // no ceiling: blind while calibrating
   for (const Options& o : {Options{}, tight, wide}) {
     const std::size_t units = 24;
     auto ctl = presets::make("gnmr-calibrated", units, o);
@@ -316,6 +319,11 @@ TEST_CASE("gnmr-calibrated and default by name: overrides, checks, layering", "[
   Options fl;
   fl.floor = 0.5f;
   CHECK_THROWS_WITH(presets::make("gnmr-calibrated", 4, fl), Contains("floor"));
+  for (float bad : {1.0f, 0.5f, 1.5f /* below the floor of 2 */, std::numeric_limits<float>::quiet_NaN()}) {
+    Options o;
+    o.ceiling = bad;
+    CHECK_THROWS_WITH(presets::make("gnmr-calibrated", 4, o), Contains("ceiling"));
+  }
   Options w;
   w.warmup = 1;
   CHECK_THROWS_WITH(presets::make("gnmr-calibrated", 4, w), Contains("warmup"));
@@ -323,4 +331,60 @@ TEST_CASE("gnmr-calibrated and default by name: overrides, checks, layering", "[
   Options r;
   r.rate = 1e-4f;
   CHECK_NOTHROW(presets::make("default", 4, r));
+}
+
+// The guard from the first step (docs/algorithm.md, "Calibrated trigger":
+// the ceiling). Steady units (1% noise); one gets x1000 at step `at`. For
+// every `at` from 2 (the first step with a ratio) through the end of
+// calibration and a few steps after, the spike fires, is granted, clipped
+// and promoted, in gnmr-calibrated and in the default; and the spike does
+// not enter the unit's mean or the trigger's statistics: a second x1000
+// spike 15 steps later reads a ratio near 1000 again (the issue's unguarded
+// run read 31 there).
+TEST_CASE("the calibrated trigger guards from step 2: a spike during calibration fires", "[calibrated]") {
+  const std::uint32_t warmup = gnmr::CalibratedTrigger{}.warmup;
+  const int last = static_cast<int>(warmup) + 6;  // calibration ends at step warmup + 2
+  for (const char* name : {"gnmr-calibrated", "default"}) {
+    for (int at = 2; at <= last; ++at) {
+      INFO(name << ": spike at step " << at);
+      auto ctl = presets::make(name, 5);
+      std::mt19937 rng(static_cast<unsigned>(at));
+      std::normal_distribution<float> nd(0.0f, 0.01f);
+      for (int t = 1; t <= at + 15; ++t) {
+        std::vector<float> row(5);
+        for (auto& x : row) x = std::exp(nd(rng));
+        const bool spike = t == at || t == at + 15;
+        if (spike) row[2] *= 1000.0f;
+        ctl->step_norms(row);
+        const auto& rep = ctl->reports()[2];
+        const auto d = ctl->decisions()[2];
+        if (spike) {
+          REQUIRE((rep.flags & gnmr::kTriggered) != 0u);
+          REQUIRE((rep.flags & gnmr::kGranted) != 0u);
+          REQUIRE((d.flags & gnmr::kPromote) != 0u);
+          REQUIRE(d.scale < 0.01f);  // clipped to about the mean
+          REQUIRE(rep.ratio > 300.0f);
+        } else if (t > at + 8) {  // after the lock, the calm unit is quiet again
+          REQUIRE((rep.flags & gnmr::kTriggered) == 0u);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("while calibrating, the ceiling's verdicts are the reference's", "[calibrated]") {
+  // Units whose ratio wanders by up to 8x (well under the ceiling of 16)
+  // during calibration: no trigger; each rule's verdict is the reference's.
+  auto ctl = presets::make("gnmr-calibrated", 3);
+  std::vector<calref::Unit> ref(3, calref::Unit(calref::Params{}));
+  std::mt19937 rng(4);
+  std::uniform_real_distribution<double> ud(-3.0, 3.0);
+  for (int t = 0; t < 30; ++t) {
+    std::vector<float> row = {static_cast<float>(std::exp2(ud(rng))), 1.0f, static_cast<float>(std::exp2(ud(rng) / 3))};
+    ctl->step_norms(row);
+    for (std::size_t u = 0; u < 3; ++u) {
+      const calref::Verdict v = ref[u].step(row[u]);
+      REQUIRE(((ctl->reports()[u].flags & gnmr::kTriggered) != 0u) == v.triggered);
+    }
+  }
 }

@@ -168,7 +168,9 @@ class GnmrController {
       return detail::ranks_before(reports_[a].risk, a, reports_[b].risk, b);
     };
     std::size_t n_grant = candidates_.size();
-    if (free_slots < candidates_.size()) {
+    if (detail::holds_slots(p_.opt.systemic, threshold_, triggered)) {
+      n_grant = 0;  // a model-wide jump: no local grant (kHold)
+    } else if (free_slots < candidates_.size()) {
       std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(free_slots), candidates_.end(),
                        before);
       n_grant = free_slots;

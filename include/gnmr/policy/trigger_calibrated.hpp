@@ -26,6 +26,14 @@
 // log2(floor)): the floor keeps a calm unit (s near 0) from firing on a
 // small relative change, whatever its statistics say.
 //
+// The ceiling guards from the first step: a ratio above `ceiling` fires
+// whatever the statistics say (the level's threshold is never above
+// log2(ceiling)), and while the level statistic calibrates (its first
+// `warmup` samples) it is the only rule, so a spike at step 2 is caught.
+// A sample the ceiling fires on while calibrating is kept out of the
+// trigger's own statistics (it is not the unit's calm behaviour); the mean
+// is fed min(n, floor * mu), GNMR's clamp.
+//
 // Same rules as every policy: fixed-size State, GNMR_HOST_DEVICE, the same
 // bits on host and device (the logs are gnmr/core/log2.hpp's, built from
 // correctly rounded operations), non-finite samples never reach it (the
@@ -70,6 +78,7 @@ struct CalibratedTriggerT {
   static constexpr const char* kName = "calibrated";
   float rate = 1e-3f;        // target false alarms per unit-step (both rules)
   float floor = 2.0f;        // a rule fires only on a jump of at least this factor
+  float ceiling = 16.0f;     // a ratio above this fires always, from the first step
   std::uint32_t warmup = 20; // samples of a signal's statistic before it may fire
   float beta = 0.98f;        // EMA decay of the log statistics (about 50 steps)
   float winsor = 3.0f;       // samples clamped to m +- winsor * s once warm
@@ -93,6 +102,9 @@ struct CalibratedTriggerT {
   // K = ln(1 / rate) (each rule at rate / 2 under the Laplace tail).
   GNMR_HOST_DEVICE float k_sigma() const { return math::mul(math::log2(math::div(1.0f, rate)), 0.693147181f); }
   GNMR_HOST_DEVICE float log_floor() const { return math::log2(floor); }
+  GNMR_HOST_DEVICE float log_ceiling() const { return ceiling < inf_f() ? math::log2(ceiling) : inf_f(); }
+  // While the level statistic calibrates, only the ceiling judges.
+  GNMR_HOST_DEVICE bool calibrating(const State& s) const { return s.level.k < warmup; }
 
   GNMR_HOST_DEVICE float level_of(const UnitView& v) const { return math::log2(v.ratio); }
   GNMR_HOST_DEVICE float history_mean(const State& s) const {
@@ -122,12 +134,17 @@ struct CalibratedTriggerT {
     const bool has_jump = s.n > 0;
     const float j = has_jump ? math::sub(x, history_mean(s)) : 0.0f;
     v.delta = j;
-    if (s.level.k < warmup) {
+    const float lc = log_ceiling();
+    if (calibrating(s)) {
+      // The learned rules are not ready (kWarmup); the ceiling guards.
+      // risk = x / log2(ceiling): above 1 exactly when it fires.
       v.flags |= kWarmup;
+      v.risk = lc < inf_f() ? math::max(math::div(x, lc), 0.0f) : 0.0f;  // +inf: no ceiling
+      if (x > lc) v.flags |= kTriggered;
       return;
     }
     const float k = k_sigma(), lf = log_floor();
-    const float tx = threshold(s.level, k, lf);
+    const float tx = math::min(threshold(s.level, k, lf), lc);
     v.target = math::mul(v.mean, math::exp2(tx));
     float risk = risk_of(s.level, x, tx);
     bool fired = x > tx;
@@ -161,6 +178,7 @@ struct CalibratedTriggerT {
   }
   GNMR_HOST_DEVICE void update(State& s, const UnitView& v) const {
     if (v.count == 0) return;  // r undefined this step
+    if (calibrating(s) && (v.flags & kTriggered)) return;  // the ceiling fired: not calm behaviour
     const float x = level_of(v);
     if (s.n > 0) push(s.jump, math::sub(x, history_mean(s)));
     push(s.level, x);
@@ -175,6 +193,8 @@ struct CalibratedTriggerT {
       return detail::bad("CalibratedTrigger", "rate", "in (0, 0.5)", rate);
     if (!(floor >= 1.0f) || !(floor < inf_f()))
       return detail::bad("CalibratedTrigger", "floor", "finite and >= 1", floor);
+    if (!(ceiling >= floor) || !(ceiling > 1.0f))
+      return detail::bad("CalibratedTrigger", "ceiling", "> 1 and >= floor (+inf: none)", ceiling);
     if (window < 1 || window > Cap)
       return "gnmr: CalibratedTrigger: window must be in [1, " + std::to_string(Cap) +
              "] (the template's Cap), got " + std::to_string(window);

@@ -74,6 +74,7 @@ inline void clear_option(Options& o, const std::string& k) {
   if (k == "deny_kappa") o.deny_kappa.reset();
   if (k == "rate") o.rate.reset();
   if (k == "floor") o.floor.reset();
+  if (k == "ceiling") o.ceiling.reset();
 }
 inline bool accepts(const PresetInfo& p, const std::string& k) {
   for (const auto& a : p.overrides)

@@ -54,9 +54,11 @@ struct Options {
   // without a slot (off when not given).
   std::optional<float> deny_kappa;
   // gnmr-calibrated (CalibratedTrigger): the target false-alarm rate per
-  // unit-step, and the smallest jump (a factor) that may fire.
+  // unit-step, the smallest jump (a factor) that may fire, and the ratio
+  // above which a unit fires always (the guard while it calibrates).
   std::optional<float> rate;
   std::optional<float> floor;
+  std::optional<float> ceiling;
 };
 
 // The name a user gets without naming a preset (Python's Controller and
@@ -83,7 +85,7 @@ inline const std::vector<PresetInfo>& preset_table() {
       "max_o",    "lock",  "cooldown",        "kappa",          "mean",           "systemic_action",
       "systemic_share",    "systemic_maxo",   "systemic_kappa", "systemic_beta",  "deny_kappa"};
   static const std::vector<std::string> calibrated_knobs = {
-      "rate",           "floor",          "warmup",         "delta_window",   "beta",
+      "rate",           "floor",          "ceiling",        "warmup",         "delta_window",   "beta",
       "max_o",          "lock",           "cooldown",       "kappa",          "systemic_action",
       "systemic_share", "systemic_maxo",  "systemic_kappa", "systemic_beta",  "deny_kappa"};
   static const std::vector<PresetInfo> t = {
@@ -135,6 +137,7 @@ inline std::vector<std::string> options_given(const Options& o) {
   if (o.deny_kappa) g.push_back("deny_kappa");
   if (o.rate) g.push_back("rate");
   if (o.floor) g.push_back("floor");
+  if (o.ceiling) g.push_back("ceiling");
   return g;
 }
 
@@ -176,17 +179,17 @@ inline std::int32_t i32(const char* what, std::int64_t v) {
 // The systemic and denied rules of the gnmr presets from the overrides;
 // `systemic` is the preset's own default action, `denied` its denied-unit
 // rule (deny_kappa sets the clip level and turns the rule on).
-inline ControllerOptions gnmr_options(const Options& o, SystemicAction systemic, DeniedRule denied = {}) {
+inline ControllerOptions gnmr_options(const Options& o, SystemicRule systemic, DeniedRule denied = {}) {
   ControllerOptions c;
-  c.systemic.action = systemic;
+  c.systemic = systemic;
   c.denied = denied;
   if (o.systemic_action && !parse_systemic_action(*o.systemic_action, c.systemic.action))
     throw std::invalid_argument("gnmr: override 'systemic_action' must be one of off, clip-triggered, "
-                                "global-clip, skip; got '" + *o.systemic_action + "'");
+                                "global-clip, skip, hold; got '" + *o.systemic_action + "'");
   const bool knobs = o.systemic_share || o.systemic_maxo || o.systemic_kappa || o.systemic_beta;
   if (knobs && c.systemic.action == SystemicAction::kOff)
     throw std::invalid_argument("gnmr: the systemic_* overrides need the systemic rule on: give "
-                                "systemic_action (clip-triggered, global-clip or skip) or use preset "
+                                "systemic_action (clip-triggered, global-clip, skip or hold) or use preset "
                                 "gnmr-systemic");
   if (o.systemic_share) c.systemic.share = *o.systemic_share;
   if (o.systemic_maxo) c.systemic.maxo_multiple = *o.systemic_maxo;
@@ -197,6 +200,12 @@ inline ControllerOptions gnmr_options(const Options& o, SystemicAction systemic,
     c.denied.kappa = *o.deny_kappa;
   }
   return c;
+}
+
+inline ControllerOptions gnmr_options(const Options& o, SystemicAction systemic, DeniedRule denied = {}) {
+  SystemicRule r;
+  r.action = systemic;
+  return gnmr_options(o, r, denied);
 }
 
 template <class Mean, class Recovery, class F>

@@ -114,6 +114,7 @@ auto with_preset(const std::string& name, std::size_t num_units, const Options& 
     CalibratedTrigger t;
     if (o.rate) t.rate = *o.rate;
     if (o.floor) t.floor = *o.floor;
+    if (o.ceiling) t.ceiling = *o.ceiling;
     if (o.warmup) t.warmup = u32("warmup", *o.warmup);
     if (o.delta_window) t.window = detail::i32("delta_window", *o.delta_window);
     EmaMean m;
@@ -124,7 +125,7 @@ auto with_preset(const std::string& name, std::size_t num_units, const Options& 
     if (o.max_o) b.max_o = detail::i32("max_o", *o.max_o);
     if (o.lock) b.lock = detail::i32("lock", *o.lock);
     if (o.cooldown) b.cooldown = detail::i32("cooldown", *o.cooldown);
-    return f(GnmrCalibrated(num_units, {}, m, t, r, b, detail::gnmr_options(o, SystemicAction::kOff)));
+    return f(GnmrCalibrated(num_units, {}, m, t, r, b, detail::gnmr_options(o, calibrated_systemic_rule())));
   }
   if (name == "gnmr" || name == "gnmr-promote") {
     ClipAndPromote r;

@@ -89,6 +89,19 @@ using GnmrCalibrated = GnmrController<L2Norm, EmaMean, CalibratedTrigger, ClipAn
 // denied-unit rule of "gnmr" (docs/stability.md, "Choosing the defaults").
 inline SystemicRule gnmr_systemic_rule() { return SystemicRule{SystemicAction::kClipTriggered}; }
 inline DeniedRule gnmr_denied_rule() { return DeniedRule{DeniedAction::kClip, 1.0f}; }
+// The systemic rule of "gnmr-calibrated" (and so of "default"): a step on
+// which more than a tenth of the units trigger at once is a model-wide jump
+// (the end of a learning-rate warm-up, a recipe's change), not a local
+// numerical risk: no slot is granted on it (kHold), the outer rule and the
+// recipe's clip deal with it (docs/algorithm.md, "Systemic steps"; chosen on
+// development seeds, docs/stability-verdict.md).
+inline SystemicRule calibrated_systemic_rule() {
+  SystemicRule r;
+  r.action = SystemicAction::kHold;
+  r.share = 0.1;
+  r.min_count = 2;  // a pair of units may be one local event (an operator and its neighbour)
+  return r;
+}
 
 // ------------------------------------------------ published parameters ----
 // Field names follow the peer's own arguments so a user can copy a config.
@@ -250,10 +263,13 @@ inline GnmrPromote gnmr_promote(std::size_t num_units, float kappa = 1.0f) {
 
 inline GnmrPromoteOnly gnmr_promote_only(std::size_t num_units) { return GnmrPromoteOnly(num_units); }
 
-// The preset "gnmr-calibrated": the calibrated trigger (rate 1e-3, floor 2
-// by default) with gnmr-promote's clip and promotion, maxO 4, lock 8.
+// The preset "gnmr-calibrated": the calibrated trigger (rate 1e-3, floor 2,
+// ceiling 16 by default) with gnmr-promote's clip and promotion, maxO 4,
+// lock 8, and calibrated_systemic_rule() (no grant on a model-wide jump).
 inline GnmrCalibrated gnmr_calibrated(std::size_t num_units, CalibratedTrigger trigger = {}, float kappa = 1.0f) {
-  return GnmrCalibrated(num_units, {}, {}, trigger, ClipAndPromote{ClipToMean{kappa}, {PromotePrecision{}}}, {});
+  ControllerOptions opt;
+  opt.systemic = calibrated_systemic_rule();
+  return GnmrCalibrated(num_units, {}, {}, trigger, ClipAndPromote{ClipToMean{kappa}, {PromotePrecision{}}}, {}, opt);
 }
 
 inline GnmrClip gnmr_clip(std::size_t num_units, float kappa = 1.0f) {

@@ -268,6 +268,8 @@ GNMR_HOST_DEVICE UnitView commit_unit(const PS& p, typename PS::UnitState& s, Un
     } else if (sys.action == static_cast<std::uint32_t>(SystemicAction::kSkip)) {
       set_skip(dec);
       dec.flags |= kSystemic;
+    } else if (sys.action == static_cast<std::uint32_t>(SystemicAction::kHold)) {
+      if (unserved) dec.flags |= kSystemic;  // not denied, not clipped: no slot this step
     }
     // The warm-up clip (ControllerOptions::warmup_clip): every unit scaled
     // by the global coefficient, and the statistic fed the clipped norm.

@@ -38,6 +38,8 @@ enum class SystemicAction : std::uint32_t {
   kClipTriggered = 1,  // clip every triggered unit without a slot to kappa * mu_i
   kGlobalClip = 2,     // scale every finite unit by s = min(1, kappa * M / G)
   kSkip = 3,           // skip the step (every unit kSkip, summary.skip_step)
+  kHold = 4,           // grant no slot this step: a model-wide jump is not a local risk
+                       // (triggered units without a slot get kSystemic, nothing else)
 };
 
 inline const char* systemic_action_name(SystemicAction a) {
@@ -46,15 +48,16 @@ inline const char* systemic_action_name(SystemicAction a) {
     case SystemicAction::kClipTriggered: return "clip-triggered";
     case SystemicAction::kGlobalClip: return "global-clip";
     case SystemicAction::kSkip: return "skip";
+    case SystemicAction::kHold: return "hold";
   }
   return "?";
 }
-// "off" | "clip-triggered" | "global-clip" | "skip" ('_' for '-' accepted);
+// "off" | "clip-triggered" | "global-clip" | "skip" | "hold" ('_' for '-' accepted);
 // false for anything else.
 inline bool parse_systemic_action(std::string s, SystemicAction& out) {
   for (char& c : s)
     if (c == '_') c = '-';
-  for (std::uint32_t a = 0; a <= 3; ++a)
+  for (std::uint32_t a = 0; a <= 4; ++a)
     if (s == systemic_action_name(static_cast<SystemicAction>(a))) {
       out = static_cast<SystemicAction>(a);
       return true;
@@ -63,7 +66,8 @@ inline bool parse_systemic_action(std::string s, SystemicAction& out) {
 }
 
 // A step is systemic when more units trigger than
-//   C = min(floor(share * N), floor(maxo_multiple * maxO))   (the second term only if maxo_multiple > 0)
+//   C = min(max(min(floor(share * N), floor(maxo_multiple * maxO)), min_count), N)
+//       (the maxO term only if maxo_multiple > 0)
 // i.e. when triggered > share * N, or triggered > maxo_multiple * maxO
 // (detail::systemic_threshold computes C once, at construction). Every
 // default here is provisional (docs/algorithm.md): the benchmark decides them.
@@ -73,12 +77,13 @@ struct SystemicRule {
   // they are only used on the host, to compute C.
   double share = 0.5;          // in [0, 1]; 1 turns the share test off
   double maxo_multiple = 0.0;  // >= 0; 0 turns the maxO test off
+  std::uint32_t min_count = 0; // C is at least this: never systemic with this many or fewer triggered
   float kappa = 1.0f;          // clip level: kappa * mu_i (clip-triggered), kappa * M (global-clip)
   float beta = 0.99f;          // EMA decay of the total norm's tracker M (global-clip)
 
   std::string check() const {
-    if (static_cast<std::uint32_t>(action) > 3u)
-      return "gnmr: SystemicRule: action must be off, clip-triggered, global-clip or skip, got " +
+    if (static_cast<std::uint32_t>(action) > 4u)
+      return "gnmr: SystemicRule: action must be off, clip-triggered, global-clip, skip or hold, got " +
              std::to_string(static_cast<std::uint32_t>(action));
     if (!(share >= 0.0 && share <= 1.0)) return detail::bad("SystemicRule", "share", "in [0, 1]", share);
     return detail::first_error({detail::non_negative("SystemicRule", "maxo_multiple", maxo_multiple),
@@ -158,6 +163,7 @@ inline std::uint32_t systemic_threshold(const SystemicRule& r, std::size_t units
     const double m = floor_snapped(r.maxo_multiple * static_cast<double>(slots));
     if (m < c) c = m;
   }
+  if (c < static_cast<double>(r.min_count)) c = static_cast<double>(r.min_count);
   if (c > n) c = n;
   return static_cast<std::uint32_t>(c);
 }
@@ -188,6 +194,12 @@ GNMR_HOST_DEVICE SystemicStep decide_systemic(const SystemicRule& r, std::uint32
   }
   out.action = systemic ? static_cast<std::uint32_t>(r.action) : 0u;
   return out;
+}
+
+// Whether the step's slots are held (kHold on a systemic step): no unit is
+// granted one, whatever its risk. An integer comparison, as decide_systemic's.
+GNMR_HOST_DEVICE bool holds_slots(const SystemicRule& r, std::uint32_t threshold, std::uint32_t triggered) {
+  return r.action == SystemicAction::kHold && triggered > threshold;
 }
 
 // Whether a step needs the total norm G (total_sq_tree; the CUDA phase 1

@@ -39,7 +39,7 @@ namespace {
 // doubles in C++ (a share of 0.29 must stay 0.29, not its float), the rest
 // floats; the action is a string.
 #define GNMR_PY_DOUBLE_OPTIONS(X) X(systemic_share) X(systemic_maxo)
-#define GNMR_PY_FLOAT2_OPTIONS(X) X(systemic_kappa) X(systemic_beta) X(deny_kappa) X(rate) X(floor)
+#define GNMR_PY_FLOAT2_OPTIONS(X) X(systemic_kappa) X(systemic_beta) X(deny_kappa) X(rate) X(floor) X(ceiling)
 
 std::vector<std::string> option_names() {
   std::vector<std::string> v;

@@ -140,6 +140,41 @@ void fused_vs_generic(const std::string& outer, const std::string& inner, std::s
               name.c_str(), n, steps);
 }
 
+// The calibrated trigger's ceiling on the device (docs/algorithm.md,
+// "Calibrated trigger"): steady units, one x1000 spike at step `at`, for
+// every `at` from 2 through the end of calibration; the device decides as
+// the host, bit for bit, and the spike is triggered and granted on both.
+void early_spike(const std::string& name) {
+  const std::size_t n = 300;  // two select blocks
+  std::size_t bad = 0, missed = 0;
+  for (int at = 2; at <= 26; ++at) {
+    auto host = gnmr::presets::make(name, n);
+    auto dev = gnmr::cuda::make_device(name, n);
+    std::vector<float> in(n);
+    Dev<float> d_in(n);
+    for (int t = 1; t <= at + 2; ++t) {
+      for (std::size_t u = 0; u < n; ++u) {
+        const float w = 1.0f + 0.01f * static_cast<float>((u * 7919u + static_cast<unsigned>(t) * 104729u) % 13u);
+        in[u] = w * w;  // squares: partials
+      }
+      if (t == at) in[137] *= 1e6f;  // x1000 in norm
+      d_in.upload(in);
+      CK(dev->step(d_in.p, 0));
+      host->step(in.data(), n);
+      CK(cudaDeviceSynchronize());
+      bad += diff_step(*host, *dev);
+      if (t == at) {
+        const std::uint32_t f = dev->copy_decisions()[137].flags;
+        missed += !((f & gnmr::kTriggered) && (f & gnmr::kGranted));
+      }
+    }
+  }
+  EXPECT(bad == 0, "%s: %zu host/device differences around early spikes", name.c_str(), bad);
+  EXPECT(missed == 0, "%s: %zu early spikes (steps 2-26) not triggered and granted on the device", name.c_str(),
+         missed);
+  std::printf("  %s: a x1000 spike at every step 2..26 triggered and granted, host == device\n", name.c_str());
+}
+
 }  // namespace
 
 // The default preset is fused (layered_fused.cuh): against the host at 274
@@ -154,6 +189,8 @@ void test_fused_layered() {
 void test_presets_on_device() {
   std::printf("[presets: make_device vs presets::make]\n");
   for (const std::string& name : gnmr::presets::names()) run_preset(name);
+  early_spike("gnmr-calibrated");
+  early_spike("default");
   // Layered controllers (gnmr/cuda/layered.cuh): per-unit and global outer
   // rules (257 units: the global norm's tree has two blocks), the state
   // container crossing backends as above.

@@ -14,6 +14,7 @@
 #    instead of skipping when the GPU or the CUDA build is missing);
 # 4. runs bench_adamw_gpu.py (docs/performance.md, "Python package").
 # Logs go to --out DIR (bash tests/python/gpu.sh --out DIR), default build-gpu-python/out.
+# --build-only stops after step 1 (bench/mx-proxy-gpu.sh uses the package so).
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -21,10 +22,12 @@ cd "$root"
 b="$root/build-gpu-python"
 out="$b/out"
 caller="$OLDPWD"  # a relative --out DIR is taken from where the script was called
+build_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) case "$2" in /*) out="$2" ;; *) out="$caller/$2" ;; esac; shift 2 ;;
-    *) echo "unknown argument $1 (tests/python/gpu.sh [--out DIR])"; exit 2 ;;
+    --build-only) build_only=1; shift ;;
+    *) echo "unknown argument $1 (tests/python/gpu.sh [--out DIR] [--build-only])"; exit 2 ;;
   esac
 done
 mkdir -p "$b" "$out"
@@ -56,6 +59,7 @@ if ! "${install[@]}" -v >"$out/pip.log" 2>&1; then
 fi
 grep -E "nvcc|arch=" "$out/pip.log" | head -n 3
 "$py" -c "import gnmr; assert gnmr.cuda_built(); print('gnmr', gnmr.__version__, 'with CUDA')" || exit 1
+[ "$build_only" = 1 ] && exit 0
 
 # --- 2. the C++ references ------------------------------------------------------
 cxx=(g++ -O2 -std=c++17 -ffp-contract=off -Iinclude)

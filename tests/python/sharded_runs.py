@@ -213,3 +213,32 @@ def dcp_run(rank: int, world: int, port: str, out: str, phase: str, ckpt: str,
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+@rank_main
+def spike_run(rank: int, world: int, port: str, out: str, preset: str, at: int, steps: int) -> None:
+    """One rank of FSDP2 training under `preset` with gnmr.optim.AdamW; at
+    step `at` the last rank's local shard of fc1.weight's gradient alone is
+    multiplied by 1000 (one rank sees the spike). Writes spike{rank}.pkl:
+    per step, the flags and the summary."""
+    init(rank, world, port)
+    try:
+        model, dp_rank, dp_size = build("fsdp", world)
+        ctl = gnmr.Controller(model, preset)
+        opt = gnmr.optim.AdamW(model.parameters(), lr=LR, controller=ctl)
+        rec = []
+        for t in range(1, steps + 1):
+            x, y = batch(t)
+            x, y = x.chunk(dp_size)[dp_rank], y.chunk(dp_size)[dp_rank]
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()
+            if t == at and rank == world - 1:
+                model.fc1.weight.grad._local_tensor.mul_(1000.0)
+            opt.step()
+            rec.append(dict(step=t, flags=ctl.decisions().flags.tolist(), summary=ctl.last_summary.as_dict(),
+                            unit=ctl.unit_of(model.fc1.weight)))
+        with open(os.path.join(out, f"spike{rank}.pkl"), "wb") as f:
+            pickle.dump(rec, f)
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()

@@ -49,3 +49,66 @@ def test_default_decides_as_the_layered_controller():
         assert torch.equal(pa, pb)
         assert torch.isfinite(pa).all()
     assert torch.equal(ca.decisions().flags, cb.decisions().flags)
+
+
+def _mlp(seed=0):
+    torch.manual_seed(seed)
+    layers = []
+    for _ in range(5):
+        layers += [torch.nn.Linear(32, 32), torch.nn.Tanh()]
+    return torch.nn.Sequential(*layers)
+
+
+@pytest.mark.parametrize("preset", ["gnmr-calibrated", "default"])
+@pytest.mark.parametrize("at", [2, 3, 8, 15, 20, 22])
+def test_the_calibrated_trigger_guards_from_step_two(preset, at):
+    """A five-layer MLP with steady gradients; at step `at` half of one
+    weight's rows get x1000 gradients (ratio ~700). Before the fix the
+    calibrated trigger was blind for its first 20 samples: this step passed
+    with scale 1 and entered the unit's mean. Now the ceiling catches it:
+    triggered, granted, reported, the gradient clipped; and a second spike
+    15 steps later still reads as a spike (the first never entered the mean)."""
+    model = _mlp()
+    ctl = gnmr.Controller(model, preset)
+    g = torch.Generator().manual_seed(5)
+    x0 = torch.randn(64, 32, generator=g)
+    w = model[4].weight  # the third Linear
+    u = ctl.unit_of(w)
+    for t in range(1, at + 17):
+        model.zero_grad()
+        model(x0 + 0.01 * torch.randn(64, 32, generator=g)).pow(2).mean().backward()
+        spike = t in (at, at + 15)
+        if spike:
+            w.grad[:16] *= 1000.0
+        before = w.grad.norm().item()
+        s = ctl.step()
+        rep = ctl.reports()
+        if spike:
+            assert int(rep["flags"][u]) & gnmr.Flag.TRIGGERED, f"step {t}: not triggered"
+            assert s.triggered >= 1
+            assert float(rep["ratio"][u]) > 300.0
+            assert w.grad.norm().item() < 0.01 * before  # clipped (and normalised by the stabilizer)
+            assert int(ctl.decisions().flags[u]) & gnmr.Flag.PROMOTE
+
+
+def test_a_spike_in_one_ranks_shard_during_calibration_is_triggered_on_every_rank(tmp_path):
+    """FSDP2 on two ranks, the default preset: at step 5 (the calibrated
+    trigger still calibrating) only rank 1's shard of one weight's gradient
+    is x1000. The sharded norm sees it; both ranks report the unit
+    triggered, granted and promoted, with the same flags everywhere."""
+    import pickle
+
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    import sharded_runs as R
+
+    if not dist.is_available() or not dist.is_gloo_available() or not gnmr.sharded.DTensor:
+        pytest.skip("needs torch.distributed with gloo and DTensor")
+    mp.spawn(R.spike_run, args=(2, R.free_port(), str(tmp_path), "default", 5, 12), nprocs=2, join=True)
+    runs = [pickle.load(open(tmp_path / f"spike{r}.pkl", "rb")) for r in range(2)]
+    assert [s["flags"] for s in runs[0]] == [s["flags"] for s in runs[1]]
+    rec = runs[0][4]
+    assert rec["step"] == 5
+    f = rec["flags"][rec["unit"]]
+    assert f & gnmr.Flag.TRIGGERED and f & gnmr.Flag.GRANTED and f & gnmr.Flag.PROMOTE
+    assert rec["summary"]["triggered"] >= 1

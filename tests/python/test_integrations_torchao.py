@@ -67,3 +67,72 @@ def test_a_granted_operator_runs_in_high_precision_for_its_lock():
     assert all(torch.isfinite(p).all() for p in m.parameters())
     gnmr_ao.disable_promotion(m)
     assert all(not gnmr_ao.is_promoted(mod) for mod in layers.values())
+
+
+# ------------------------------------------------------------------- MXFP8 ---
+def make_mx(seed=0, scale_mode="floor"):
+    torch.manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 64),
+                            torch.nn.GELU(), torch.nn.Linear(64, 32), torch.nn.LayerNorm(32))
+    return gnmr_ao.convert_to_mxfp8_training(m, scale_mode=scale_mode)
+
+
+def test_mxfp8_conversion_keeps_the_parameters_and_computes_in_mx():
+    mx = pytest.importorskip("torchao.prototype.moe_training.mxfp8_linear")
+    torch.manual_seed(3)
+    plain = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Linear(64, 32), torch.nn.Linear(32, 8))
+    params = [id(p) for p in plain.parameters()]
+    gnmr_ao.convert_to_mxfp8_training(plain)
+    assert [id(p) for p in plain.parameters()] == params  # optimizers and units stay valid
+    assert [type(m).__name__ for m in plain] == ["MXFP8Linear", "MXFP8Linear", "Linear"]  # 8 is not a multiple of 32
+    x = torch.randn(64, 32)
+    out = plain[0](x)
+    hp = F.linear(x, plain[0].weight, plain[0].bias)
+    assert not torch.equal(out, hp) and torch.allclose(out, hp, rtol=0.1, atol=0.1)  # MX, close to fp32
+    assert isinstance(plain[0], mx.MXFP8Linear)
+    with pytest.raises(ValueError, match="scale_mode"):
+        gnmr_ao.convert_to_mxfp8_training(torch.nn.Linear(32, 32), scale_mode="nearest")
+
+
+@pytest.mark.parametrize("scale_mode", ["floor", "rceil"])
+def test_a_granted_mxfp8_operator_runs_in_high_precision_for_its_lock(scale_mode):
+    pytest.importorskip("torchao.prototype.moe_training.mxfp8_linear")
+    m = make_mx(1, scale_mode)
+    units = gnmr_ao.operator_units(m)
+    assert list(units) == ["0", "2", "4", "5.weight", "5.bias"]
+    ctl = gnmr.Controller(units, "gnmr", warmup=5, lock=4)
+    assert gnmr_ao.enable_promotion(m, ctl) == ["0", "2", "4"]
+    opt = gnmr.optim.AdamW(m.parameters(), lr=1e-3, controller=ctl)
+    layers = gnmr_ao.low_precision_modules(m)
+    spike_at, promoted_steps = 30, {}
+    g = torch.Generator().manual_seed(5)
+    for t in range(45):
+        x = torch.randn(32, 32, generator=g)
+        y = torch.randn(32, 32, generator=g)
+        for name, mod in layers.items():
+            inp = torch.randn(32, mod.in_features, generator=g)
+            out = mod(inp)
+            if gnmr_ao.is_promoted(mod):
+                promoted_steps.setdefault(name, []).append(t)
+                assert torch.equal(out, F.linear(inp, mod.weight, mod.bias))
+            else:
+                assert torch.equal(out, type(mod).forward(mod, inp))
+        opt.zero_grad()
+        F.mse_loss(m(x), y).backward()
+        if t == spike_at:
+            m[2].weight.grad.mul_(1000.0)
+        opt.step()
+    assert promoted_steps.get("2") == list(range(spike_at + 1, spike_at + 5))
+    assert "0" not in promoted_steps and "4" not in promoted_steps
+    assert all(torch.isfinite(p).all() for p in m.parameters())
+
+
+def test_weight_wrapped_mxfp8_models_are_refused_with_a_message():
+    cfg = pytest.importorskip("torchao.prototype.moe_training.config")
+    from torchao.quantization import quantize_
+    from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
+
+    m = torch.nn.Sequential(torch.nn.Linear(32, 32))
+    quantize_(m, cfg.MXFP8TrainingOpConfig(kernel_preference=KernelPreference.EMULATED))
+    with pytest.raises(ValueError, match="convert_to_mxfp8_training"):
+        gnmr_ao.operator_units(m)

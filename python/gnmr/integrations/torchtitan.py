@@ -9,8 +9,8 @@ torchtitan's docs invite users to subclass.
 
 :class:`GnmrOptimizersContainer` builds one :class:`gnmr.Controller` over
 every trainable parameter of the model parts (units named by their canonical
-FQNs; with torchao float8 on, one unit per ``Float8Linear`` operator and
-GNMR's promotion enabled on them) and gives each ``AdamW`` parameter group a
+FQNs; with torchao float8 or MXFP8 on, one unit per ``Float8Linear`` or
+``MXFP8Linear`` operator and GNMR's promotion enabled on them) and gives each ``AdamW`` parameter group a
 :class:`gnmr.optim.AdamW` guarded by it, so the trainer's ``optimizers.step()``
 is the guarded step: norms, one controller step and the guarded update, with
 FSDP2/TP DTensor parameters reduced over their mesh (gnmr/sharded.py).
@@ -50,7 +50,14 @@ _KEY = "gnmr.controller."
 
 
 def _float8_modules(parts: List[torch.nn.Module]) -> bool:
-    return any(type(m).__name__ == "Float8Linear" for part in parts for m in part.modules())
+    """Whether the parts hold torchao low-precision linears (float8's
+    Float8Linear, MXFP8's MXFP8Linear: torchtitan's float8 and MX
+    converters make them)."""
+    try:
+        from .torchao import LOW_PRECISION_LINEARS
+    except ImportError:  # no torchao: no low-precision linears either
+        return False
+    return any(isinstance(m, LOW_PRECISION_LINEARS) for part in parts for m in part.modules())
 
 
 def _units(parts: List[torch.nn.Module], operator_units: bool) -> Dict[str, Any]:
@@ -71,9 +78,10 @@ class GnmrOptimizersContainer(OptimizersContainer):
 
     Config fields beyond torchtitan's: ``preset`` and ``overrides`` (the
     controller's, as :class:`gnmr.Controller` takes them), ``float8_promotion``
-    (default True: when the model parts hold torchao ``Float8Linear``
-    modules, e.g. from torchtitan's float8 converter, the units are the
-    operators and granted ones run in high precision for the lock).
+    (default True: when the model parts hold torchao ``Float8Linear`` or
+    ``MXFP8Linear`` modules, e.g. from torchtitan's float8 or MX converters,
+    the units are the operators and granted ones run in high precision for
+    the lock).
 
     Determinism: the controller's (same gradients, same decisions on every
     rank and run); the update is gnmr.optim.AdamW's.

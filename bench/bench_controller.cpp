@@ -10,12 +10,18 @@
 // runs before timing, so the measured steps are past the 10-step warm-up and
 // exercise triggers, grants, denials and releases.
 //
+// BM_PresetStep: the same trace through presets by name (presets::make):
+// "gnmr" (GNMR's rule), "gnmr-calibrated" and "default" (the stabilizer with
+// the calibrated promotion inside it), at 10,000 and 1,000,000 units: the
+// recommended controller's host step against GNMR's.
+//
 // items/s = units stepped per second. bytes/s counts, per unit and step,
 // 4 B of partial read + the UnitState read and written back
 // (2 * sizeof(UnitState)) + the UnitDecision and UnitReport written; it
 // leaves out the controller's 4 B per-unit norm scratch and the candidate
 // list (a few entries), so it is a lower bound on the memory traffic.
 #include <gnmr/host/controller.hpp>
+#include <gnmr/presets/make.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -24,6 +30,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace {
@@ -89,6 +96,31 @@ BENCHMARK(BM_ControllerStep)
     ->Arg(100)
     ->Arg(10000)
     ->Arg(1000000)
+    ->Unit(benchmark::kMicrosecond)
+    ->MinTime(0.3);
+
+const char* const kPresets[] = {"gnmr", "gnmr-calibrated", "default"};
+
+void BM_PresetStep(benchmark::State& state) {
+  const std::string name = kPresets[state.range(0)];
+  const std::size_t n = static_cast<std::size_t>(state.range(1));
+  const std::vector<float> trace = make_trace(n);
+  auto c = gnmr::presets::make(name, n);
+  for (std::size_t t = 0; t < kTraceSteps; ++t) c->step(trace.data() + t * n, n);  // past warm-up
+  std::size_t t = 0;
+  for (auto _ : state) {
+    const gnmr::StepSummary& s = c->step(trace.data() + t * n, n);
+    benchmark::DoNotOptimize(&s);
+    t = t + 1 == kTraceSteps ? 0 : t + 1;
+  }
+  state.SetLabel(name);
+  state.counters["ns/unit"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * static_cast<double>(n),
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert, benchmark::Counter::kIs1000);
+}
+
+BENCHMARK(BM_PresetStep)
+    ->ArgsProduct({{0, 1, 2}, {10000, 1000000}})
     ->Unit(benchmark::kMicrosecond)
     ->MinTime(0.3);
 

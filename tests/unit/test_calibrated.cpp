@@ -10,6 +10,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <stdexcept>
@@ -19,8 +20,10 @@
 #include "gnmr/core/log2.hpp"
 #include "gnmr/io/state.hpp"
 #include "gnmr/presets/make.hpp"
+#include "gnmr/presets/typed.hpp"
 
 #include "calibrated_ref.hpp"
+#include "calibrated_v1.hpp"
 
 namespace {
 
@@ -120,7 +123,7 @@ TEST_CASE("gnmr-calibrated's verdicts match the double-precision reference", "[c
   Options wide;
   wide.rate = 1e-5f;
   wide.floor = 4.0f;
-  wide.delta_window = 8;
+  wide.delta_window = 3;
   wide.ceiling = std::numeric_limits<float>::infinity();  // no ceiling: blind while calibrating
   for (const Options& o : {Options{}, tight, wide}) {
     const std::size_t units = 24;
@@ -387,4 +390,65 @@ TEST_CASE("while calibrating, the ceiling's verdicts are the reference's", "[cal
       REQUIRE(((ctl->reports()[u].flags & gnmr::kTriggered) != 0u) == v.triggered);
     }
   }
+}
+
+// The state layout of 2026-11-27 (80 bytes at Cap 8) and today's (44 at
+// Cap 4: one count, one bias-correction product per statistic, the ring's
+// position from the count) are the same trigger: every report and decision
+// bit for bit, on noisy rows with NaN, Inf and zeros, at the defaults and
+// at a tight setting.
+TEST_CASE("the compact calibrated state decides bit for bit as the first layout", "[calibrated][state]") {
+  using namespace gnmr;
+  using V1 = GnmrController<L2Norm, EmaMean, testref::CalibratedTriggerV1<8>, presets::ClipAndPromote, MaxO>;
+  CHECK(sizeof(CalibratedTrigger::State) == 44u);
+  CHECK(sizeof(testref::CalibratedTriggerV1<8>::State) == 80u);
+  CHECK(sizeof(presets::GnmrCalibrated::UnitState) == 72u);
+  for (int setting = 0; setting < 2; ++setting) {
+    CalibratedTrigger t;
+    testref::CalibratedTriggerV1<8> t1;
+    if (setting == 1) {
+      t.rate = t1.rate = 1e-2f;
+      t.floor = t1.floor = 1.2f;
+      t.ceiling = t1.ceiling = 4.0f;
+      t.window = t1.window = 1;
+      t.warmup = t1.warmup = 5;
+    }
+    const std::size_t units = 24;
+    auto now = presets::gnmr_calibrated(units, t);
+    ControllerOptions opt;
+    opt.systemic = presets::calibrated_systemic_rule();
+    V1 old(units, {}, {}, t1, presets::ClipAndPromote{}, {}, opt);
+    std::size_t fired = 0;
+    for (const auto& row : noisy_rows(13 + static_cast<std::uint64_t>(setting), units, 3000)) {
+      now.step_norms(row.data(), units);
+      old.step_norms(row.data(), units);
+      fired += now.summary().triggered;
+      for (std::size_t u = 0; u < units; ++u) {
+        INFO("setting " << setting << " step " << now.steps_done() << " unit " << u);
+        REQUIRE(std::memcmp(&now.reports()[u], &old.reports()[u], sizeof(UnitReport)) == 0);
+        REQUIRE(std::memcmp(&now.decisions()[u], &old.decisions()[u], sizeof(UnitDecision)) == 0);
+      }
+    }
+    CHECK(fired > 200u);
+  }
+}
+
+TEST_CASE("a blob of the first calibrated layout is refused, naming both layouts", "[calibrated][state]") {
+  using namespace gnmr;
+  using V1 = GnmrController<L2Norm, EmaMean, testref::CalibratedTriggerV1<8>, presets::ClipAndPromote, MaxO>;
+  V1 old(4);
+  for (int t = 0; t < 30; ++t) old.step_norms(std::vector<float>(4, 1.0f + 0.01f * static_cast<float>(t)).data(), 4);
+  const auto blob = save_state(old);
+  auto now = presets::gnmr_calibrated(4);
+  const auto before = save_state(now);
+  try {
+    load_state(now, blob.data(), blob.size());
+    FAIL("the first layout's blob loaded");
+  } catch (const StateError& e) {
+    const std::string m = e.what();
+    INFO(m);
+    CHECK(m.find("calibrated(cap=8,window=4)") != std::string::npos);
+    CHECK(m.find("calibrated(v2,cap=4,window=4)") != std::string::npos);
+  }
+  CHECK(save_state(now) == before);
 }

@@ -55,24 +55,27 @@
 namespace gnmr {
 
 namespace detail {
-// One robust running location/spread pair (a signal's statistic).
+// One robust running location/spread pair (a signal's statistic). Its
+// sample count k is the trigger's (State::k for the level, k - 1 for the
+// jump), kept once. The bias corrections are running products of beta:
+// p = beta^(k-1) (1 while k <= 1) divides s; m's, beta^k, is p * beta,
+// computed from p, which is the very product the first layout stored
+// (both are the same chain of fp32 multiplications by beta).
 struct LogStat {
-  float m;       // EMA of the winsorized samples (raw: divide by 1 - m_pow)
-  float s;       // EMA of |sample - location before it| (raw: divide by 1 - s_pow)
-  float m_pow;   // beta^k for m
-  float s_pow;   // beta^(k-1) for s: the first sample has no deviation
-  std::uint32_t k;  // samples accepted
+  float m;  // EMA of the winsorized samples (raw: divide by 1 - p * beta)
+  float s;  // EMA of |sample - location before it| (raw: divide by 1 - p)
+  float p;  // beta^(k-1): the first sample has no deviation
 };
-GNMR_HOST_DEVICE LogStat logstat_init() { return LogStat{0.0f, 0.0f, 1.0f, 1.0f, 0u}; }
-GNMR_HOST_DEVICE float logstat_loc(const LogStat& a) {
-  return a.k ? math::div(a.m, math::sub(1.0f, a.m_pow)) : 0.0f;
+GNMR_HOST_DEVICE LogStat logstat_init() { return LogStat{0.0f, 0.0f, 1.0f}; }
+GNMR_HOST_DEVICE float logstat_loc(const LogStat& a, std::uint32_t k, float beta) {
+  return k ? math::div(a.m, math::sub(1.0f, math::mul(a.p, beta))) : 0.0f;
 }
-GNMR_HOST_DEVICE float logstat_spread(const LogStat& a) {
-  return a.k > 1 ? math::div(a.s, math::sub(1.0f, a.s_pow)) : 0.0f;
+GNMR_HOST_DEVICE float logstat_spread(const LogStat& a, std::uint32_t k) {
+  return k > 1 ? math::div(a.s, math::sub(1.0f, a.p)) : 0.0f;
 }
 }  // namespace detail
 
-template <int Cap = 8>
+template <int Cap = 4>
 struct CalibratedTriggerT {
   static_assert(Cap >= 1 && Cap <= 64, "CalibratedTriggerT<Cap>: Cap must be in [1, 64]");
   static constexpr const char* kName = "calibrated";
@@ -86,11 +89,12 @@ struct CalibratedTriggerT {
   int window = 4 < Cap ? 4 : Cap;  // w, the jump's horizon
   bool clamp_feed = true;    // feed min(n, level threshold) on triggered steps
 
+  // 12 + 4 Cap bytes (44 at Cap 4): the ring's write position is k % window
+  // and its fill min(k, window); the jump statistic has k - 1 samples.
   struct State {
     float ring[static_cast<std::size_t>(Cap)];  // last values of x, oldest overwritten first
-    std::uint32_t head;
-    std::uint32_t n;   // values in the ring (saturating at window)
     detail::LogStat level, jump;
+    std::uint32_t k;  // samples in the level statistic (saturating)
   };
   GNMR_HOST_DEVICE static State init() {
     State s{};
@@ -98,27 +102,34 @@ struct CalibratedTriggerT {
     s.jump = detail::logstat_init();
     return s;
   }
+  GNMR_HOST_DEVICE std::uint32_t jump_count(const State& s) const { return s.k ? s.k - 1u : 0u; }
+  GNMR_HOST_DEVICE std::uint32_t filled(const State& s) const {
+    const std::uint32_t w = static_cast<std::uint32_t>(window);
+    return s.k < w ? s.k : w;
+  }
 
   // K = ln(1 / rate) (each rule at rate / 2 under the Laplace tail).
   GNMR_HOST_DEVICE float k_sigma() const { return math::mul(math::log2(math::div(1.0f, rate)), 0.693147181f); }
   GNMR_HOST_DEVICE float log_floor() const { return math::log2(floor); }
   GNMR_HOST_DEVICE float log_ceiling() const { return ceiling < inf_f() ? math::log2(ceiling) : inf_f(); }
   // While the level statistic calibrates, only the ceiling judges.
-  GNMR_HOST_DEVICE bool calibrating(const State& s) const { return s.level.k < warmup; }
+  GNMR_HOST_DEVICE bool calibrating(const State& s) const { return s.k < warmup; }
 
   GNMR_HOST_DEVICE float level_of(const UnitView& v) const { return math::log2(v.ratio); }
   GNMR_HOST_DEVICE float history_mean(const State& s) const {
-    return detail::ring_mean(s.ring, s.head, static_cast<std::uint32_t>(window), s.n);
+    const std::uint32_t w = static_cast<std::uint32_t>(window);
+    return detail::ring_mean(s.ring, s.k % w, w, filled(s));
   }
-  // A rule's threshold: max(m + K max(s, min_spread), log2(floor)); k and lf
-  // are k_sigma() and log_floor(), computed once per evaluation.
-  GNMR_HOST_DEVICE float threshold(const detail::LogStat& a, float k, float lf) const {
-    const float sp = math::max(detail::logstat_spread(a), min_spread);
-    return math::max(math::add(detail::logstat_loc(a), math::mul(k, sp)), lf);
+  // A rule's threshold: max(m + K max(s, min_spread), log2(floor)) for a
+  // statistic of n samples; k and lf are k_sigma() and log_floor(),
+  // computed once per evaluation.
+  GNMR_HOST_DEVICE float threshold(const detail::LogStat& a, std::uint32_t n, float k, float lf) const {
+    const float sp = math::max(detail::logstat_spread(a, n), min_spread);
+    return math::max(math::add(detail::logstat_loc(a, n, beta), math::mul(k, sp)), lf);
   }
   // (value - m) / (threshold - m): above 1 exactly when the rule fires.
-  GNMR_HOST_DEVICE float risk_of(const detail::LogStat& a, float value, float thr) const {
-    const float loc = detail::logstat_loc(a);
+  GNMR_HOST_DEVICE float risk_of(const detail::LogStat& a, std::uint32_t n, float value, float thr) const {
+    const float loc = detail::logstat_loc(a, n, beta);
     return math::div(math::sub(value, loc), math::sub(thr, loc));
   }
 
@@ -131,7 +142,7 @@ struct CalibratedTriggerT {
       return;
     }
     const float x = level_of(v);
-    const bool has_jump = s.n > 0;
+    const bool has_jump = s.k > 0;
     const float j = has_jump ? math::sub(x, history_mean(s)) : 0.0f;
     v.delta = j;
     const float lc = log_ceiling();
@@ -144,13 +155,14 @@ struct CalibratedTriggerT {
       return;
     }
     const float k = k_sigma(), lf = log_floor();
-    const float tx = math::min(threshold(s.level, k, lf), lc);
+    const float tx = math::min(threshold(s.level, s.k, k, lf), lc);
     v.target = math::mul(v.mean, math::exp2(tx));
-    float risk = risk_of(s.level, x, tx);
+    float risk = risk_of(s.level, s.k, x, tx);
     bool fired = x > tx;
-    if (has_jump && s.jump.k >= warmup) {
-      const float tj = threshold(s.jump, k, lf);
-      risk = math::max(risk, risk_of(s.jump, j, tj));
+    const std::uint32_t kj = jump_count(s);
+    if (has_jump && kj >= warmup) {
+      const float tj = threshold(s.jump, kj, k, lf);
+      risk = math::max(risk, risk_of(s.jump, kj, j, tj));
       fired = fired || j > tj;
     }
     v.risk = math::max(risk, 0.0f);
@@ -159,35 +171,38 @@ struct CalibratedTriggerT {
   GNMR_HOST_DEVICE float feed(const UnitView& v) const {
     return (clamp_feed && (v.flags & kTriggered)) ? math::min(v.norm, v.target) : v.norm;
   }
-  // One sample into a statistic: winsorized once the statistic is warm.
-  GNMR_HOST_DEVICE void push(detail::LogStat& a, float x) const {
+  // One sample into a statistic of n samples: winsorized once it is warm.
+  GNMR_HOST_DEVICE void push(detail::LogStat& a, std::uint32_t n, float x) const {
     const float one_m = math::sub(1.0f, beta);
-    if (a.k > 0) {
-      const float loc = detail::logstat_loc(a);
-      if (a.k >= warmup) {
-        const float w = math::mul(winsor, math::max(detail::logstat_spread(a), min_spread));
+    if (n > 0) {
+      const float loc = detail::logstat_loc(a, n, beta);
+      if (n >= warmup) {
+        const float w = math::mul(winsor, math::max(detail::logstat_spread(a, n), min_spread));
         x = math::min(math::max(x, math::sub(loc, w)), math::add(loc, w));
       }
       const float dev = x > loc ? math::sub(x, loc) : math::sub(loc, x);
       a.s = math::add(math::mul(beta, a.s), math::mul(one_m, dev));
-      a.s_pow = math::mul(a.s_pow, beta);
+      a.p = math::mul(a.p, beta);
     }
     a.m = math::add(math::mul(beta, a.m), math::mul(one_m, x));
-    a.m_pow = math::mul(a.m_pow, beta);
-    a.k = detail::saturating_inc(a.k);
   }
   GNMR_HOST_DEVICE void update(State& s, const UnitView& v) const {
     if (v.count == 0) return;  // r undefined this step
     if (calibrating(s) && (v.flags & kTriggered)) return;  // the ceiling fired: not calm behaviour
     const float x = level_of(v);
-    if (s.n > 0) push(s.jump, math::sub(x, history_mean(s)));
-    push(s.level, x);
+    if (s.k > 0) push(s.jump, jump_count(s), math::sub(x, history_mean(s)));
+    push(s.level, s.k, x);
     const std::uint32_t w = static_cast<std::uint32_t>(window);
-    detail::ring_push(s.ring, s.head, w, x);
-    s.n = s.n < w ? s.n + 1 : w;
+    std::uint32_t head = s.k % w;
+    detail::ring_push(s.ring, head, w, x);
+    s.k = detail::saturating_inc(s.k);
   }
-  // The ring's capacity and modulus shape the stored state (io/state_id.hpp).
-  std::string state_key() const { return "cap=" + std::to_string(Cap) + ",window=" + std::to_string(window); }
+  // The layout (v2: one count, no stored ring position), the ring's
+  // capacity and modulus shape the stored state (io/state_id.hpp): a blob of
+  // the first layout ("cap=8,window=4") is refused, naming both.
+  std::string state_key() const {
+    return "v2,cap=" + std::to_string(Cap) + ",window=" + std::to_string(window);
+  }
   std::string check() const {
     if (!(rate > 0.0f && rate < 0.5f))
       return detail::bad("CalibratedTrigger", "rate", "in (0, 0.5)", rate);
@@ -205,6 +220,6 @@ struct CalibratedTriggerT {
                                 detail::positive("CalibratedTrigger", "min_spread", min_spread)});
   }
 };
-using CalibratedTrigger = CalibratedTriggerT<8>;
+using CalibratedTrigger = CalibratedTriggerT<4>;
 
 }  // namespace gnmr

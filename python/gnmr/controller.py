@@ -414,9 +414,9 @@ class Controller:
 
 
 def _check_optimizer(optimizer: Any) -> None:
-    from .optim import AdamW
-
-    if isinstance(optimizer, AdamW):
+    # gnmr.optim.AdamW marks itself (RUNS_CONTROLLER) rather than being
+    # imported here: optim imports this module, and the layers go one way.
+    if getattr(type(optimizer), "RUNS_CONTROLLER", False):
         raise ValueError("gnmr: gnmr.optim.AdamW resets its own moments (and runs the controller "
                          "itself): do not pass it to Controller.step or reset_moments")
     if not isinstance(optimizer, torch.optim.Optimizer):

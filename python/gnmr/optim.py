@@ -63,6 +63,10 @@ class AdamW(torch.optim.Optimizer):
     and on the GPU for the same gradients and decisions.
     """
 
+    # Runs the controller inside step(): Controller.step / reset_moments
+    # refuse it (gnmr.controller reads this flag instead of importing optim).
+    RUNS_CONTROLLER = True
+
     def __init__(self, params: Union[Iterable[torch.Tensor], Iterable[Dict[str, Any]]],
                  lr: Union[float, torch.Tensor] = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,

@@ -184,6 +184,33 @@ void test_fused_layered() {
   run_preset("default", quick() ? 3000 : 70000);
   fused_vs_generic("stabilizer", "gnmr-calibrated", quick() ? 3000 : 70000, quick() ? 130 : 160);
   fused_vs_generic("stabilizer", "gnmr-promote", 1000, 130);
+  // The recommended controller by its one name: cuda::make_default is
+  // make_device("default") (the same fused type), and the host's
+  // gnmr::make_default decides alike.
+  {
+    const std::size_t n = 1000;
+    auto typed = gnmr::cuda::make_default(n);
+    auto named = gnmr::cuda::make_device("default", n);
+    auto host = gnmr::make_default(n);
+    EXPECT(dynamic_cast<gnmr::cuda::DefaultDeviceController*>(named.get()) != nullptr,
+           "make_device(\"default\") is not DefaultDeviceController");
+    std::vector<float> in(n);
+    Dev<float> d_in(n);
+    std::size_t bad = 0;
+    for (int s = 1; s <= 130; ++s) {
+      tracegen::preset_partials(s, in);
+      d_in.upload(in);
+      CK(typed->step(d_in.p, 0));
+      CK(named->step(d_in.p, 0));
+      host->step(in.data(), n);
+      CK(cudaDeviceSynchronize());
+      bad += diff_step(*host, *typed);
+      const auto da = typed->copy_decisions(), db = named->copy_decisions();
+      bad += std::memcmp(da.data(), db.data(), n * sizeof(gnmr::UnitDecision)) != 0;
+    }
+    EXPECT(bad == 0, "cuda::make_default: %zu differences with make_device(\"default\") or the host", bad);
+    std::printf("  cuda::make_default == make_device(\"default\") == gnmr::make_default on the host\n");
+  }
 }
 
 void test_presets_on_device() {

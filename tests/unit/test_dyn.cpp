@@ -86,7 +86,7 @@ TEST_CASE("make() with no overrides equals the typed factories", "[dyn]") {
   check("spam", presets::spam(5));
   check("skip-step", presets::skip_step(1));
   check("stabilizer", presets::stabilizer(5));
-  check("gnmr", presets::gnmr_default(5));
+  check("gnmr", presets::gnmr_preset(5));
   check("gnmr-ladder", presets::gnmr_ladder(5));
   check("gnmr-promote", presets::gnmr_promote(5));
   check("gnmr-clip", presets::gnmr_clip(5));
@@ -272,3 +272,16 @@ TEST_CASE("bad names and misplaced overrides are rejected with the valid choices
 }
 
 }  // namespace
+
+TEST_CASE("make_default is the preset default: the recommended controller by one name", "[dyn]") {
+  auto a = gnmr::make_default(7);
+  auto b = presets::make("default", 7);
+  CHECK(a->name() == presets::kDefaultPreset);
+  CHECK(b->name() == "default");
+  same_run(*a, *b, 31);
+  presets::Options o;
+  o.rate = 1e-4f;
+  auto c = gnmr::make_default(7, o);
+  auto d = presets::make("default", 7, o);
+  same_run(*c, *d, 32);
+}

@@ -312,7 +312,7 @@ TEST_CASE("none preset never acts on a finite norm", "[presets]") {
 
 // ------------------------------------------------------ GNMR defaults -----
 TEST_CASE("gnmr presets carry the defaults of docs/algorithm.md", "[presets]") {
-  const auto g = presets::gnmr_default(4);
+  const auto g = presets::gnmr_preset(4);
   CHECK(g.policies().mean.beta == 0.99f);
   CHECK(g.policies().trigger.tau == 3.0f);
   CHECK(g.policies().trigger.delta == 1.5f);
@@ -397,7 +397,7 @@ TEST_CASE("every preset skips non-finite norms and keeps them out of its statist
       4, 75, true);
   check_nonfinite<presets::SkipStep>([] { return presets::skip_step(1); }, 1, 76, true);
   check_nonfinite<presets::Stabilizer>([] { return presets::stabilizer(4); }, 4, 77, true);
-  check_nonfinite<presets::Gnmr>([] { return presets::gnmr_default(6); }, 6, 78, false);
+  check_nonfinite<presets::Gnmr>([] { return presets::gnmr_preset(6); }, 6, 78, false);
   check_nonfinite<presets::GnmrLadder>([] { return presets::gnmr_ladder(6); }, 6, 79, false);
 }
 

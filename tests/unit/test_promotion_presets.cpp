@@ -118,7 +118,7 @@ TEST_CASE("gnmr-promote and gnmr-clip by name decide exactly like the typed cont
     auto c = presets::gnmr_clip(6);
     CHECK(same_run(*d, c, 102) == 0);  // clipping only: never kPromote
     auto g = presets::make("gnmr", 6);
-    auto typed = presets::gnmr_default(6);
+    auto typed = presets::gnmr_preset(6);
     same_run(*g, typed, 103);  // gnmr: clip + promote with the systemic rule on
   }
 }

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <type_traits>
 #include <string>
 #include <utility>
@@ -153,6 +154,29 @@ inline std::unique_ptr<DynDeviceController> make_device(const std::string& name,
                                     make_device(l.names.inner, num_units, l.inner), ScaleCombine::kProduct, name));
   }
   return presets::with_preset(name, num_units, o, [&name](auto c) { return make_device_dyn(c, name); });
+}
+
+// The recommended controller on the device (gnmr::make_default on the
+// host): the preset "default" as DefaultDeviceController, the stabilizer
+// stepped per unit inside the calibrated trigger's two launches. Setup
+// time: allocates and uploads; its step allocates nothing and never syncs.
+using DefaultDeviceController = FusedLayeredDeviceController<
+    DeviceController<presets::Stabilizer::Policies::NormT, presets::Stabilizer::Policies::MeanT,
+                     presets::Stabilizer::Policies::TriggerT, presets::Stabilizer::Policies::RecoveryT,
+                     presets::Stabilizer::Policies::BudgetT>,
+    DeviceController<presets::GnmrCalibrated::Policies::NormT, presets::GnmrCalibrated::Policies::MeanT,
+                     presets::GnmrCalibrated::Policies::TriggerT, presets::GnmrCalibrated::Policies::RecoveryT,
+                     presets::GnmrCalibrated::Policies::BudgetT>>;
+
+inline std::unique_ptr<DefaultDeviceController> make_default(std::size_t num_units, const presets::Options& o = {}) {
+  const presets::LayeredPlan l = presets::plan_layered(presets::kDefaultPreset, num_units, o);
+  std::optional<presets::Stabilizer> outer = detail::typed_preset<presets::Stabilizer>(l.names.outer, num_units, l.outer);
+  std::optional<presets::GnmrCalibrated> inner =
+      detail::typed_preset<presets::GnmrCalibrated>(l.names.inner, num_units, l.inner);
+  if (!outer || !inner)
+    throw std::logic_error("gnmr: cuda::make_default: the default preset is no longer stabilizer+gnmr-calibrated");
+  return std::unique_ptr<DefaultDeviceController>(
+      new DefaultDeviceController(*outer, *inner, ScaleCombine::kProduct, "default"));
 }
 
 }  // namespace cuda

@@ -41,4 +41,20 @@ inline std::unique_ptr<DynController> make(const std::string& name, std::size_t 
 }
 
 }  // namespace presets
+
+// The recommended controller, by one name: the preset "default", the
+// stabilizer with GNMR's calibrated promotion inside it
+// (presets::kDefaultPreset, docs/presets.md), over num_units units, with
+// the overrides in `o` (those of "gnmr-calibrated" and of "stabilizer").
+// On the device: gnmr::cuda::make_default (gnmr/cuda/presets.cuh), the same
+// decisions bit for bit in two launches. GnmrController<> is another
+// controller: GNMR's own rule with the policies' defaults.
+//
+// Determinism: a function of the per-unit partials alone (docs/algorithm.md,
+// "Determinism"); the same partials give the same decisions on every run,
+// rank and backend.
+inline std::unique_ptr<DynController> make_default(std::size_t num_units, const presets::Options& o = {}) {
+  return presets::make(presets::kDefaultPreset, num_units, o);
+}
+
 }  // namespace gnmr

@@ -243,9 +243,11 @@ inline Stabilizer stabilizer(std::size_t num_units, const StabilizerParams& p = 
                     Unlimited{1, 0}, opt);
 }
 
-// The preset "gnmr" (not called plain gnmr(): inside gnmr::presets that name
-// would hide the namespace).
-inline Gnmr gnmr_default(std::size_t num_units) {
+// The preset "gnmr": GNMR's own rule as the benchmark chose it (not called
+// plain gnmr(): inside gnmr::presets that name would hide the namespace).
+// The recommended controller is another one, make_default()
+// (gnmr/presets/make.hpp; on the device gnmr::cuda::make_default).
+inline Gnmr gnmr_preset(std::size_t num_units) {
   ControllerOptions opt;
   opt.systemic = gnmr_systemic_rule();
   opt.denied = gnmr_denied_rule();

@@ -14,6 +14,10 @@ import argparse
 
 import torch
 import torch.nn.functional as F
+
+# CPUs with AVX512-FP16: torch 2.13 sends CPU float8 GEMMs to oneDNN's
+# reference kernel (~300x slower); without oneDNN, the same bits, fast.
+torch.backends.mkldnn.enabled = False
 from torchao.float8 import convert_to_float8_training
 
 import gnmr

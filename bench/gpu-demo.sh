@@ -13,7 +13,7 @@
 #   bash bench/gpu-demo.sh --seeds "" --suite "--scenario operator-outliers
 #       --arms all --seeds 1-5 --layers 8 --width 256 --jobs 4"
 #                                       the stability benchmark's suite on
-#                                       --device cuda (docs/stability.md, "On a
+#                                       --device cuda (docs/record/stability.md, "On a
 #                                       GPU"); its results.csv and summary table
 #                                       come back too. A suite that outlives one
 #                                       call resumes from its cache in

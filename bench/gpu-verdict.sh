@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/gpu-verdict.sh — issue 32, part 4: the operator-outliers verdict on
 # --device cuda, on the held-out seeds the CPU verdict used (201-240), and
-# the comparison with the CPU's conclusions (docs/stability-verdict.md,
-# "Issue 31"; docs/performance-gpu.md, runbook).
+# the comparison with the CPU's conclusions (docs/record/stability-verdict.md,
+# "Issue 31"; docs/record/performance-gpu.md, runbook).
 #
 #   bash bench/gpu-verdict.sh [--seeds 201-240] [--jobs 4]
 #

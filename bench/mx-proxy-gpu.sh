@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/mx-proxy-gpu.sh — the MX divergence of Su et al. 2025 (arXiv
 # 2506.20752) reproduced on one GPU, and gnmr against it, in one call of
-# the device tool (docs/mx-proxy.md has the protocol and the results):
+# the device tool (docs/record/mx-proxy.md has the protocol and the results):
 #
 #   bash bench/mx-proxy-gpu.sh [--out DIR] [--seeds 1-2] [--jobs 4] [--budget 480]
 #

@@ -1,13 +1,13 @@
 // gnmr-demo — a real low-precision training run that gnmr keeps stable, and
-// the stability benchmark built on it (docs/stability.md).
+// the stability benchmark built on it (docs/record/stability.md).
 //
 // Two modes of one program:
 //   --scenario ...    the benchmark suite: (scenario, arm, seed) runs in
 //                     parallel processes, cached, scored and compared
-//                     (suite.hpp, suite_report.hpp, docs/stability.md);
+//                     (suite.hpp, suite_report.hpp, docs/record/stability.md);
 //   otherwise         the original comparison: one run per --controllers
 //                     entry on one seed, a table, CSVs and a picture
-//                     (report.hpp, docs/demo.md).
+//                     (report.hpp, docs/record/demo.md).
 // A third, internal mode (--run-one) is one suite run in its own process.
 //
 // One translation unit on purpose: libtorch headers take most of a minute to
@@ -36,7 +36,7 @@ namespace {
 
 const char* kUsage = R"(gnmr-demo: low-precision training of a small character-level transformer.
 
-Benchmark suite (docs/stability.md):
+Benchmark suite (docs/record/stability.md):
   gnmr-demo --scenario LIST --arms LIST --seeds LIST --out DIR [--jobs N] [settings]
   --scenario LIST   comma-separated, or all: lr-burst, operator-outliers,
                     fp4-gradients, grad-faults; by name only (no events:
@@ -50,12 +50,12 @@ Benchmark suite (docs/stability.md):
                     stabilizer+random, gnmr-calibrated,
                     stabilizer+gnmr-calibrated, default, default-random
   --seeds LIST      e.g. 1,2,3 or 1-5 (default 1). Seeds 1-5 are the
-                    development seeds, 6-10 the report's (docs/stability.md)
+                    development seeds, 6-10 the report's (docs/record/stability.md)
   --jobs N          runs in parallel, one process and one thread each (default 1)
   --out DIR         results.csv, summary.csv, <scenario>.png, and the run
                     cache DIR/runs/ (an interrupted suite resumes from it)
 
-Original comparison (docs/demo.md):
+Original comparison (docs/record/demo.md):
   --controllers LIST  comma-separated presets (default:
                       none,clip,zclip,adagc,spam,skip-step,stabilizer,gnmr;
                       also gnmr-ladder, gnmr-promote, gnmr-clip, and layered
@@ -176,7 +176,7 @@ int suite(std::vector<std::string> scenarios, std::vector<std::string> arms, con
   }
   for (auto s : seeds)
     if (s >= 6 && s <= 10)
-      std::cerr << "note: seeds 6-10 are the report's held-out seeds (docs/stability.md, Protocol)\n";
+      std::cerr << "note: seeds 6-10 are the report's held-out seeds (docs/record/stability.md, Protocol)\n";
   check_device(demo::build_config(scenarios[0], "low", seeds[0], ov).device);  // before any run starts
   std::filesystem::create_directories(out);
   demo::Plan plan = demo::make_plan(scenarios, arms, seeds, ov, out);
@@ -269,7 +269,7 @@ int legacy(demo::RunConfig rc, std::vector<std::string> controllers, bool baseli
 }  // namespace
 
 int main(int argc, char** argv) try {
-  // The legacy comparison's defaults (docs/demo.md).
+  // The legacy comparison's defaults (docs/record/demo.md).
   demo::RunConfig rc;
   rc.quant.fwd_x = demo::Fmt::kE2M1;
   rc.quant.wgrad = true;  // dW from the quantized input: the old straight-through estimator

@@ -1,5 +1,5 @@
-// demo/metrics.hpp — what a run is scored on (docs/stability.md, "Metrics";
-// docs/demo.md for the legacy table).
+// demo/metrics.hpp — what a run is scored on (docs/record/stability.md, "Metrics";
+// docs/record/demo.md for the legacy table).
 //
 // - spikes: steps whose train loss exceeds the median of the previous 20
 //   steps' losses by more than 10% (a non-finite loss counts);

@@ -2,7 +2,7 @@
 // step: the promotion sources of the benchmark's arms.
 //
 // A promotion decided from step t's gradients takes effect from step t+1
-// (docs/stability.md, Background §3): after each controller step the trainer computes the
+// (docs/record/stability.md, Background §3): after each controller step the trainer computes the
 // mask of promoted operators for the next forward and backward.
 //
 //   controller  an operator is promoted while its unit's decision carries

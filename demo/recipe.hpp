@@ -1,7 +1,7 @@
 // demo/recipe.hpp — the training recipe's global norm clip, applied after
 // the arm's own rule.
 //
-// Order of a step (docs/stability.md, "Recipe"): the arm's controller sees
+// Order of a step (docs/record/stability.md, "Recipe"): the arm's controller sees
 // the raw per-unit partials and decides per unit (scale, skip, reset,
 // promote); then the recipe clips the gradient that will actually be
 // applied: its total norm is taken over the units that are not skipped,

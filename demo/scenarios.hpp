@@ -1,7 +1,7 @@
 // demo/scenarios.hpp — the benchmark's scenarios: named presets of the
 // model, the recipe, the low-precision format and one stressor each.
 //
-// FROZEN. These are the calibrated definitions of docs/stability.md
+// FROZEN. These are the calibrated definitions of docs/record/stability.md
 // ("Scenarios" and "Calibration record", round 2): chosen with the `low`
 // and `high` arms on development seeds 1-5 only, before any other arm ran.
 // Do not tune them to make an arm win; a definition changes only for a bug,
@@ -48,7 +48,7 @@ inline const std::vector<Scenario>& scenario_table() {
          c.quant.scaling = Scaling::kCurrent;
          c.quant.wgrad = true;  // dW from the quantized activation, as the old straight-through demo
        }},
-      // calibration candidate (b); FP8 (a) had no gap (docs/stability.md)
+      // calibration candidate (b); FP8 (a) had no gap (docs/record/stability.md)
       {"operator-outliers", "activation outliers in one operator's input under delayed scaling: local, short-lived",
        [](RunConfig& c) {
          bench_base(c);

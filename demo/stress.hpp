@@ -6,7 +6,7 @@
 //
 // Activation outliers (operator-outliers): an event multiplies a few input
 // channels of one random operator by a factor for a few consecutive steps,
-// the local, short-lived failure of docs/stability.md, Background §1 (sporadic outliers that
+// the local, short-lived failure of docs/record/stability.md, Background §1 (sporadic outliers that
 // overflow a delayed scale). The operator's delayed amax history then holds
 // the outlier's amax for `history` steps: everything else in that tensor is
 // quantized against a range up to `factor` times too wide.

@@ -22,7 +22,7 @@
 // training framework checkpoints as usual. Here the norms are a function of
 // the step, so the controller's state is all there is to resume.
 //
-// Expected output: docs/examples.md, "checkpoint_resume".
+// Expected output: docs/record/examples.md, "checkpoint_resume".
 #include <cstdint>
 #include <cstdio>
 #include <cstring>

@@ -27,7 +27,7 @@
 // The program prints every grant and denial and checks that each of those
 // happened as described; it exits non-zero otherwise.
 //
-// Expected output: docs/examples.md, "custom_policies".
+// Expected output: docs/record/examples.md, "custom_policies".
 #include <cmath>
 #include <cstdint>
 #include <cstdio>

@@ -6,7 +6,7 @@
 // docs/algorithm.md "Layered controllers"): both rules see the same raw
 // norms; scales multiply; a skip from either skips; promotion comes from
 // GNMR alone. On the stability benchmark this layering beat the stabilizer
-// alone on activation outliers (docs/stability-verdict.md).
+// alone on activation outliers (docs/record/stability-verdict.md).
 //
 // Twelve units with noisy norms; unit 3 spikes x40 at step 60 and unit 7's
 // norm is NaN at step 90. The program prints what each rule did on those

@@ -25,7 +25,7 @@
 //     clipping alone did.
 //
 // Expected output (x86-64, glibc; the figures are this program's own):
-// see docs/examples.md, "promote_fake_quant".
+// see docs/record/examples.md, "promote_fake_quant".
 #include <cmath>
 #include <cstdint>
 #include <cstdio>

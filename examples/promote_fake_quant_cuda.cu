@@ -20,7 +20,7 @@
 // test checks that on the CPU), so equal bits say which path the kernel took.
 //
 // Exit status: 0 all checks passed, 1 a check failed, 77 no usable CUDA
-// device (CTest: skipped). Expected output: docs/examples.md.
+// device (CTest: skipped). Expected output: docs/record/examples.md.
 #include <cuda_runtime.h>
 
 #include <cstdint>

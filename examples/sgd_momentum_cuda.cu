@@ -23,7 +23,7 @@
 // order emulated), and prints what the controller did.
 //
 // Exit status: 0 all checks passed, 1 a check failed, 77 no usable CUDA
-// device (CTest: skipped). Expected output: docs/examples.md.
+// device (CTest: skipped). Expected output: docs/record/examples.md.
 #include <cuda_runtime.h>
 
 #include <cstdint>

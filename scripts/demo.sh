@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build gnmr and run its main demo: gnmr-demo's headline comparison from the
-# stability benchmark (docs/stability.md) — low-precision training of a small
+# stability benchmark (docs/record/stability.md) — low-precision training of a small
 # transformer with activation outliers injected into one operator at a time,
 # under the recipe alone (low), in full precision (high), with GNMR promoting
 # the operators it flags (gnmr-promote, and the preset gnmr) or only

@@ -12,7 +12,7 @@ set -euo pipefail
 
 # libtorch-dev, libopenblas0-pthread (libtorch otherwise gets the ~10x slower
 # reference BLAS), fortunes (the training text) and gnuplot-nox (its
-# picture) are for gnmr-demo (docs/demo.md); gnuplot-nox also draws
+# picture) are for gnmr-demo (docs/record/demo.md); gnuplot-nox also draws
 # gnmr-replay's plots. clang + libclang-rt-14-dev (libFuzzer and the
 # sanitizer runtimes of Debian 12's clang 14) are for scripts/hardening.sh.
 # python3-venv, python3-pip and python3-dev let /usr/bin/python3 make the

@@ -1,5 +1,5 @@
 // bench/cuda/layouts.hpp — the tensor layouts the GPU benchmarks run on
-// (the docs/performance-gpu.md anchors), as lists of element counts.
+// (the docs/record/performance-gpu.md anchors), as lists of element counts.
 //
 //   llama_1b26: a LLaMA-like 1.26B model, 201 tensors: embedding and
 //               lm_head 32000 x 2048, 22 layers of q/k/v/o 2048 x 2048,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch anchors for the GPU benchmarks (docs/performance-gpu.md), measured in the
+"""PyTorch anchors for the GPU benchmarks (docs/record/performance-gpu.md), measured in the
 same session as gnmr_bench_cuda so the two can be compared directly.
 
     python3 bench/cuda/torch_anchors.py [--reps 20]

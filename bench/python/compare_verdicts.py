@@ -5,7 +5,7 @@ does the GPU run reach the CPU run's conclusion on the same seeds?
     python bench/python/compare_verdicts.py CPU_RESULTS.csv GPU_RESULTS.csv \
         [--scenario operator-outliers] [--pairs default:stabilizer,default:low,high:low]
 
-Each file is a gnmr-demo suite's results.csv (docs/stability-verdict.md). For
+Each file is a gnmr-demo suite's results.csv (docs/record/stability-verdict.md). For
 every pair A:B it prints, per device, the paired difference mean(A - B) over
 the seeds both devices ran, with a bootstrap 95% interval (10,000 draws), and
 the conclusion the protocol draws from it ("A better", "B better", "not

@@ -3,7 +3,7 @@
 against it: the synthetic proxy of Su et al. 2025 (arXiv 2506.20752;
 bench/python/mx_sim.py says what is emulated and how) in MXFP8, under the
 recipe alone and under gnmr's presets, with the paper's static fixes as the
-baselines to beat. docs/mx-proxy.md has the protocol and the results.
+baselines to beat. docs/record/mx-proxy.md has the protocol and the results.
 
     python bench/python/mx_proxy.py --arms low,high --width 512 --depth 4 \\
         --batch 2048 --lr 6e-4 --steps 9000 --seeds 1-2 --device cuda --jobs 4 --out DIR

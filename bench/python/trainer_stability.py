@@ -3,7 +3,7 @@
 ours: a small Llama from `transformers` (config only), trained on the
 fortunes text through `transformers.Trainer`, its linear layers in torchao's
 float8 (tensorwise dynamic scaling, on the CPU), under the benchmark's
-operator-outlier stressor. Protocol and results: docs/stability.md, "On the
+operator-outlier stressor. Protocol and results: docs/record/stability.md, "On the
 Hugging Face stack".
 
 Arms (every arm meets the same data, initial weights and events):

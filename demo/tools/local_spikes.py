@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Local spikes in a gnmr-demo run's per-unit norm trace (docs/stability.md,
+"""Local spikes in a gnmr-demo run's per-unit norm trace (docs/record/stability.md,
 the natural-scenario criterion of the calibration).
 
 A step is a *local spike* when between 1 and 3 operator units have a norm

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """demo/tools/paired.py — paired differences of final validation losses
 between benchmark arms, across one or more suite output folders, and the
-"beats / worse" verdicts that docs/stability.md's rules use.
+"beats / worse" verdicts that docs/record/stability.md's rules use.
 
 A suite writes one runs/<key>/result.txt per run; this reads them all, so
 arms from different folders (a development variant run with --gnmr-set in

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """demo/tools/summary_md.py — a suite's summary.csv as Markdown tables, one
-per scenario (the columns docs/stability.md reports): final validation loss,
+per scenario (the columns docs/record/stability.md reports): final validation loss,
 paired difference to low and to the best control (mean [95% bootstrap
 interval], seeds better/worse), gap closed (ratio of means [interval]),
 high-precision share, spike score, detection.

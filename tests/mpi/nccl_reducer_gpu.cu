@@ -214,7 +214,7 @@ int main() {
     CUDA_OK(cudaGraphDestroy(graph));
   }
 
-  // Cost, for docs/distributed.md: one all-reduce of 10,000 unit partials
+  // Cost, for docs/record/distributed.md: one all-reduce of 10,000 unit partials
   // (fp32 sums), 200 back to back on every device, timed with events on
   // device 0. A log line, not a check: the GPU count sets what it means.
   {

@@ -1,5 +1,5 @@
 // tests/mpi/test_mpi_reducer.cpp — sharded gradients, one MPI collective per
-// step, identical decisions everywhere (docs/distributed.md).
+// step, identical decisions everywhere (docs/record/distributed.md).
 //
 // Run under mpirun with R ranks (CTest: R = 2 and 4). Every rank holds an
 // uneven, contiguous piece of every segment of a random layout (fp32 and

@@ -2,7 +2,7 @@
 MX emulation gives torchao's bits (its quantizer under both scale rules,
 and its emulated MXFP8Linear's three GEMMs), a promoted operator computes
 in high precision, and a short run of every arm at D = 64 writes the
-documented results (the CI smoke of the GPU benchmark, docs/mx-proxy.md).
+documented results (the CI smoke of the GPU benchmark, docs/record/mx-proxy.md).
 """
 from __future__ import annotations
 

@@ -318,7 +318,7 @@ TEST_CASE("gnmr presets carry the defaults of docs/algorithm.md", "[presets]") {
   CHECK(g.policies().trigger.delta == 1.5f);
   CHECK(g.policies().trigger.warmup == 10u);
   CHECK(g.policies().trigger.window == 4);
-  CHECK(g.policies().recovery.first.kappa == 1.0f);  // clip + promote (docs/stability.md chose it)
+  CHECK(g.policies().recovery.first.kappa == 1.0f);  // clip + promote (docs/record/stability.md chose it)
   CHECK(g.policies().budget.max_o == 4);
   CHECK(g.policies().budget.lock == 8);
   CHECK(g.policies().budget.cooldown == 0);

@@ -8,7 +8,7 @@
 //
 // The communicator is the group over which the units are sharded (the
 // data-parallel shard group for ZeRO/FSDP, the tensor-parallel group for
-// TP): see docs/distributed.md. It is borrowed, not duplicated or freed.
+// TP): see docs/record/distributed.md. It is borrowed, not duplicated or freed.
 // Every rank of it must call allreduce() with the same n at the same point,
 // like any MPI collective.
 //

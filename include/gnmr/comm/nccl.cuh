@@ -9,7 +9,7 @@
 // Put it on the stream that computed the partials, after the gradient
 // reduce-scatter, before the device controller step: the user's optimizer
 // then reads decisions that are identical on every rank. One call per step
-// and per process-group class, never per tensor (docs/distributed.md).
+// and per process-group class, never per tensor (docs/record/distributed.md).
 //
 // The communicator is borrowed (not duplicated or destroyed). As with every
 // NCCL collective, all ranks must call it with the same n in the same order.

@@ -9,7 +9,7 @@
 // inner, then a combine kernel: five launches and every unit's decision and
 // report written three times. On an H100 the default preset
 // ("stabilizer+gnmr-calibrated") cost 1.82 x the inner alone at 10k units
-// and 1.67 x at 1M (docs/performance-gpu.md, issue 32). An outer rule with
+// and 1.67 x at 1M (docs/record/performance-gpu.md, issue 32). An outer rule with
 // an unlimited budget and no systemic rule grants every candidate, so its
 // whole step is per unit: it needs nothing from the inner's selection, and
 // nothing of it has to wait for phase 1. So the step is the inner's phase 1

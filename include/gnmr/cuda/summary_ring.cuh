@@ -21,7 +21,7 @@
 //
 // The slot bookkeeping is gnmr::detail::RingSlots (CPU-tested). For the
 // units' events of each step, not just the counts, see TelemetryDrain
-// (telemetry.cuh, walked through in docs/gpu-telemetry.md).
+// (telemetry.cuh, walked through in docs/record/gpu-telemetry.md).
 //
 // Use from one host thread. push() is not for inside a CUDA graph capture
 // (the slot it writes alternates between calls, a graph would replay one):

@@ -12,7 +12,7 @@
 // behind the host: only then does record() wait, on work enqueued two steps
 // earlier). flush() writes what is left.
 //
-// Why this shape (measured on an H100, docs/performance-gpu.md, issue 32):
+// Why this shape (measured on an H100, docs/record/performance-gpu.md, issue 32):
 // the first version compacted in one block and copied the whole slot with
 // two cudaMemcpyAsync per step. One block walking 10^6 reports took the
 // step from 0.17 to 3.07 ms, and the copies cost a slot's bytes every step

@@ -65,7 +65,7 @@ struct Options {
 // optim.AdamW, the HF and Lightning callbacks, gnmr-replay), and what the
 // name "default" stands for everywhere a name is taken: the stabilizer with
 // the calibrated promotion inside it, the best measured configuration
-// (docs/presets.md, "The default"; docs/stability-verdict.md). The C++
+// (docs/presets.md, "The default"; docs/record/stability-verdict.md). The C++
 // GnmrController<> keeps GNMR's own rule as its template defaults.
 inline constexpr const char* kDefaultPreset = "stabilizer+gnmr-calibrated";
 // "default" -> kDefaultPreset; every other name unchanged.

@@ -102,7 +102,7 @@ auto with_preset(const std::string& name, std::size_t num_units, const Options& 
   }
   // gnmr-clip: GNMR's clip alone, under a name that will not change;
   // gnmr-systemic: the same with the systemic rule on; gnmr: clip + promotion
-  // with the systemic rule and the denied-unit clip on (docs/stability.md
+  // with the systemic rule and the denied-unit clip on (docs/record/stability.md
   // chose it; docs/presets.md).
   if (name == "gnmr-clip" || name == "gnmr-systemic") {
     ClipToMean r;

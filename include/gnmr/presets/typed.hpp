@@ -73,7 +73,7 @@ using GnmrPromote = GnmrWith<ClipAndPromote>;         // preset "gnmr-promote"
 using GnmrPromoteOnly = GnmrWith<PromotePrecision>;   // promotion, gradient untouched
 using GnmrClip = GnmrWith<ClipToMean>;                // preset "gnmr-clip" (= GnmrController<>)
 // The preset "gnmr": GNMR as the stability benchmark chose it on its
-// development seeds (docs/stability.md, "Choosing the defaults"): clip to
+// development seeds (docs/record/stability.md, "Choosing the defaults"): clip to
 // kappa * mu and promote for the lock (the type of gnmr-promote), with the
 // systemic rule on (gnmr_systemic_rule()) and denied units clipped to their
 // mean (gnmr_denied_rule()). GnmrController<> keeps the clip
@@ -86,7 +86,7 @@ using Gnmr = GnmrPromote;
 using GnmrCalibrated = GnmrController<L2Norm, EmaMean, CalibratedTrigger, ClipAndPromote, MaxO>;
 
 // The systemic rule of the presets "gnmr" and "gnmr-systemic", and the
-// denied-unit rule of "gnmr" (docs/stability.md, "Choosing the defaults").
+// denied-unit rule of "gnmr" (docs/record/stability.md, "Choosing the defaults").
 inline SystemicRule gnmr_systemic_rule() { return SystemicRule{SystemicAction::kClipTriggered}; }
 inline DeniedRule gnmr_denied_rule() { return DeniedRule{DeniedAction::kClip, 1.0f}; }
 // The systemic rule of "gnmr-calibrated" (and so of "default"): a step on
@@ -94,7 +94,7 @@ inline DeniedRule gnmr_denied_rule() { return DeniedRule{DeniedAction::kClip, 1.
 // (the end of a learning-rate warm-up, a recipe's change), not a local
 // numerical risk: no slot is granted on it (kHold), the outer rule and the
 // recipe's clip deal with it (docs/algorithm.md, "Systemic steps"; chosen on
-// development seeds, docs/stability-verdict.md).
+// development seeds, docs/record/stability-verdict.md).
 inline SystemicRule calibrated_systemic_rule() {
   SystemicRule r;
   r.action = SystemicAction::kHold;

@@ -62,7 +62,7 @@ struct StepSummary {
   std::uint32_t skip_step = 0;     // 1: the policy (or the systemic skip) suggests skipping the step
   // The systemic rule (gnmr/step/systemic.hpp): 0 on a step that is not
   // systemic, else the SystemicAction applied (1 clip-triggered,
-  // 2 global-clip, 3 skip).
+  // 2 global-clip, 3 skip, 4 hold).
   std::uint32_t systemic = 0;
   float systemic_scale = 1.0f;  // global-clip's scale s for every finite unit; 1 otherwise
   // global-clip only, on every step: the total norm G = sqrt(sum of the finite

@@ -1,7 +1,7 @@
 """How gnmr.Controller reads its ``units`` argument: which tensors form each
 recoverable unit, and what each unit and tensor is called.
 
-Accepted forms (docs/python.md, "Units"):
+Accepted forms (docs/python.md, "The recipe" (units)):
 
 * an ``nn.Module``: one unit per parameter that requires grad, named as in
   ``named_parameters()`` (tied parameters once);

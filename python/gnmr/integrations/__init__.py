@@ -11,5 +11,5 @@
 
 Importing this package imports no framework; each module imports its own
 when it is imported (and raises ImportError naming the extra when missing).
-docs/python.md, "Integrations", has the exact code for each.
+docs/python.md (the recipe, Lightning, torchtitan), has the exact code for each.
 """

@@ -50,7 +50,7 @@ class Tally:
     CUDA a summary is a lazy copy, and reading one every step would wait for
     the device every step (gnmr.optim.AdamW's step has no host sync
     otherwise). The controller's ring of summary slots keeps a kept summary
-    valid (docs/python.md, "Lazy summaries")."""
+    valid (docs/python.md, "Where the host waits, and what it costs")."""
 
     _SUMS = ("triggered", "granted", "denied", "nonfinite", "systemic", "skip_step")
 

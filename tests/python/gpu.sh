@@ -12,7 +12,7 @@
 #    gnmr-replay) with g++ alone: the GPU machine has no Catch2;
 # 3. runs tests/python with GNMR_PY_REQUIRE_GPU=1 (the CUDA tests fail
 #    instead of skipping when the GPU or the CUDA build is missing);
-# 4. runs bench_adamw_gpu.py (docs/performance.md, "Python package").
+# 4. runs bench_adamw_gpu.py and bench/python/trainer_cost.py (docs/performance.md).
 # Logs go to --out DIR (bash tests/python/gpu.sh --out DIR), default build-gpu-python/out.
 # --build-only stops after step 1 (bench/mx-proxy-gpu.sh uses the package so).
 set -uo pipefail
@@ -77,6 +77,10 @@ else
 rc=${PIPESTATUS[0]}
 fi
 
-# --- 4. benchmark ---------------------------------------------------------------
+# --- 4. benchmarks --------------------------------------------------------------
 timeout 600 "$py" tests/python/bench_adamw_gpu.py 2>&1 | tee "$out/bench.log"
+# What a Trainer user pays: a ~100M Llama under transformers.Trainer, bf16 and float8
+# (docs/performance.md, "What a Trainer user pays").
+timeout 600 "$py" bench/python/trainer_cost.py 2>&1 | tee "$out/trainer-cost.log"
+timeout 600 "$py" bench/python/trainer_cost.py --float8 2>&1 | tee -a "$out/trainer-cost.log"
 exit "$rc"

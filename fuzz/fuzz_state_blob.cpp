@@ -13,8 +13,8 @@
 //              these policy types then load).
 // Properties: load_state either succeeds or throws gnmr::StateError, and on
 // an error the controller is unchanged (its saved blob is identical). A
-// loaded blob saves back identically (a version-1 one as version 2 with the
-// same unit payload). After a successful load the controller must run steps
+// loaded blob saves back in its canonical form (a version-1 one as version 2)
+// with the same header and payload size, and that form is a fixed point. After a successful load the controller must run steps
 // (clean or faulty norms) without crashing or tripping ASan/UBSan, and no
 // decision scale may be NaN — whatever floats the blob held.
 #include <cstdint>
@@ -80,16 +80,27 @@ void run(const std::uint8_t* data, std::size_t size, bool patch, bool systemic, 
     check(gnmr::save_state(c) == before, "a failed load changed the controller");
     return;
   }
+  // Blobs are written canonically (padding and empty states zeroed), so a
+  // loaded blob saves back as its canonical form: the same header and sizes,
+  // the payload equal except where a byte was zeroed (padding), and a
+  // fixed point — loading the saved blob and saving again gives its bytes.
   const std::vector<std::uint8_t> again = gnmr::save_state(c);
   const gnmr::StateInfo in = gnmr::read_state_info(blob.data(), blob.size());
-  if (in.version == gnmr::kStateFormatVersion) {
-    check(again == blob, "a loaded blob does not save back identically");
-  } else {
-    const gnmr::StateInfo out = gnmr::read_state_info(again.data(), again.size());
-    check(out.version == gnmr::kStateFormatVersion && out.payload_bytes == in.payload_bytes &&
-              std::memcmp(again.data() + out.payload_offset, blob.data() + in.payload_offset,
-                          static_cast<std::size_t>(in.payload_bytes)) == 0,
-          "a migrated version-1 blob does not save back with its units");
+  const gnmr::StateInfo out = gnmr::read_state_info(again.data(), again.size());
+  check(out.version == gnmr::kStateFormatVersion && out.payload_bytes == in.payload_bytes,
+        "a loaded blob does not save back with its units");
+  for (std::uint64_t i = 0; i < in.payload_bytes; ++i) {
+    const std::uint8_t a = again[static_cast<std::size_t>(out.payload_offset + i)];
+    check(a == 0 || a == blob[static_cast<std::size_t>(in.payload_offset + i)],
+          "a saved payload byte differs from the loaded one and is not a zeroed pad");
+  }
+  if (in.version == gnmr::kStateFormatVersion)
+    check(again.size() == blob.size() && std::memcmp(again.data(), blob.data(), static_cast<std::size_t>(in.payload_offset)) == 0,
+          "a loaded blob does not save back with its header");
+  {
+    C d(kUnits, {}, {}, {}, {}, {}, opt);
+    gnmr::load_state(d, again.data(), again.size());
+    check(gnmr::save_state(d) == again, "a saved blob is not a fixed point of load and save");
   }
   const float inf = gnmr::inf_f(), nan = gnmr::nan_f();
   const float rows[4][kUnits] = {{1.0f, 2.0f, 0.5f, 4.0f},

@@ -207,7 +207,7 @@ CATCH_TEST_CASE("operator units and the cache key", "[demo][bench]") {
   std::set<std::string> keys = {demo::run_key(base)};
   const std::vector<std::pair<std::string, std::string>> changes = {
       {"--steps", "299"},       {"--layers", "3"},         {"--width", "48"},          {"--mlp", "gelu"},
-      {"--batch", "8"},         {"--lr", "0.002"},         {"--beta2", "0.99"},        {"--recipe-clip", "0.5"},
+      {"--batch", "8"},         {"--lr", "0.002"},         {"--warmup", "7"},         {"--beta2", "0.99"},        {"--recipe-clip", "0.5"},
       {"--fwd", "e5m2"},        {"--fwd-x", "none"},       {"--fwd-w", "none"},        {"--bwd", "e2m1"},
       {"--scaling", "current"}, {"--wgrad-quant", "1"},    {"--amax-history", "8"},    {"--fault-rate", "0.1"},
       {"--fault-kind", "nan"},  {"--fault-factor", "10"},  {"--outlier-rate", "3"},    {"--outlier-factor", "100"},

@@ -251,19 +251,27 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_evaluate_select(CtrlArgs<
   if (threadIdx.x == 0) *a.rule = rule;
 }
 
-template <class PS>
-__global__ void __launch_bounds__(kSelectThreads) ctrl_commit_summarize(CtrlArgs<PS> a) {
+// Phase 3 for one block's units, the one commit body of the controller's
+// kernel below and of the fused layered commit (layered_fused.cuh): stage
+// the states in (overlapping the evaluation, this grid's programmatic
+// predecessor), wait for its norms, keys, rule and systemic step, evaluate
+// and commit each unit, write the states back, the decisions and reports to
+// dec_out / rep_out, and this block's SummaryAcc to a.block_acc. `post(d, r)`
+// may rewrite a unit's decision and report after its commit (the layered
+// combine; the plain commit passes them through). Returns whether this block
+// is the last to finish (then the caller merges the block accumulators);
+// `sys` receives the step's SystemicStep.
+template <class PS, class Post>
+__device__ __forceinline__ bool commit_block(const CtrlArgs<PS>& a, std::int64_t t, UnitDecision* dec_out,
+                                             UnitReport* rep_out, uint4* s_stage, gnmr::detail::SummaryAcc* s_acc,
+                                             int* s_last, SystemicStep& sys, Post post) {
   using Acc = gnmr::detail::SummaryAcc;
   using State = typename PS::UnitState;
   constexpr bool kStage = kStageState<State>;
-  __shared__ Acc s_acc[kSelectThreads];
-  __shared__ uint4 s_stage[kStageWords<State>];
-  __shared__ int s_last;
   const std::uint32_t base = blockIdx.x * kSelectThreads;
   const std::uint32_t count = a.n - base < kSelectThreads ? a.n - base : kSelectThreads;
   const std::uint32_t i = base + threadIdx.x;
   const bool active = i < a.n;
-  const std::int64_t t = *a.step + 1;
   State* s_state = reinterpret_cast<State*>(s_stage);
   UnitReport* s_rep = reinterpret_cast<UnitReport*>(s_stage);
   UnitDecision* s_dec = reinterpret_cast<UnitDecision*>(s_rep + kSelectThreads);
@@ -276,7 +284,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_commit_summarize(CtrlArgs
   State s;
   UnitDecision d;
   UnitReport r;
-  const SystemicStep sys = *a.sys;
+  sys = *a.sys;
   if (active) {
     const gnmr::detail::SelectRule rule = *a.rule;
     s = kStage ? s_state[threadIdx.x] : a.state[i];
@@ -286,6 +294,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_commit_summarize(CtrlArgs
     const UnitView v = gnmr::detail::commit_unit(a.p, s, v0, granted, sys, d, &r, gskip);
     if constexpr (!kStage) a.state[i] = s;
     acc.add(v, i, gskip);
+    post(d, r);
   }
   if constexpr (kStage) {
     __syncthreads();  // every thread has read its state from the stage
@@ -299,15 +308,30 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_commit_summarize(CtrlArgs
     s_dec[threadIdx.x] = d;
   }
   __syncthreads();
-  stage_out(a.rep + base, s_rep, count);
-  stage_out(a.dec + base, s_dec, count);
+  stage_out(rep_out + base, s_rep, count);
+  stage_out(dec_out + base, s_dec, count);
   // A programmatic dependent (the telemetry drain, a user's kernel) may be
   // scheduled now; it waits for this grid's completion before reading.
   allow_dependents();
   const Acc& block_total = block_merge_tree<kSelectThreads>(acc, s_acc);
   if (threadIdx.x == 0) a.block_acc[blockIdx.x] = block_total;
-  if (!last_block_done(a.counters + 1, gridDim.x, &s_last)) return;
-  acc = Acc::zero();
+  return last_block_done(a.counters + 1, gridDim.x, s_last);
+}
+
+struct PassThrough {
+  __device__ void operator()(UnitDecision&, UnitReport&) const {}
+};
+
+template <class PS>
+__global__ void __launch_bounds__(kSelectThreads) ctrl_commit_summarize(CtrlArgs<PS> a) {
+  using Acc = gnmr::detail::SummaryAcc;
+  __shared__ Acc s_acc[kSelectThreads];
+  __shared__ uint4 s_stage[kStageWords<typename PS::UnitState>];
+  __shared__ int s_last;
+  const std::int64_t t = *a.step + 1;
+  SystemicStep sys;
+  if (!commit_block(a, t, a.dec, a.rep, s_stage, s_acc, &s_last, sys, PassThrough{})) return;
+  Acc acc = Acc::zero();
   for (std::uint32_t b = threadIdx.x; b < gridDim.x; b += blockDim.x) acc.merge(load_cg(a.block_acc + b));
   __syncthreads();  // s_acc[0] was read above
   const Acc& total = block_merge_tree<kSelectThreads>(acc, s_acc);

@@ -80,14 +80,13 @@ template <class State>
 constexpr std::size_t kStageOnly = kStageState<State> ? (sizeof(State) * kSelectThreads + 15u) / 16u : 1u;
 
 // Phase 3 of the pair and the combine, one thread per unit (see the file's
-// comment). The inner's part is ctrl_commit_summarize's, line for line.
+// comment). The inner's part is the controller's commit body, commit_block.
 template <class PO, class PI, bool kFinish>
 __global__ void __launch_bounds__(kSelectThreads) fused_commit(FusedArgs<PO, PI> f, const float* __restrict__ in) {
   using Acc = gnmr::detail::SummaryAcc;
   using SO = typename PO::UnitState;
   using SI = typename PI::UnitState;
   constexpr bool kStageO = kStageState<SO>;
-  constexpr bool kStageI = kStageState<SI>;
   constexpr std::size_t kWords = kStageWords<SI> > kStageOnly<SO> ? kStageWords<SI> : kStageOnly<SO>;
   __shared__ Acc s_acc[kSelectThreads];
   __shared__ uint4 s_stage[kWords];
@@ -133,52 +132,16 @@ __global__ void __launch_bounds__(kSelectThreads) fused_commit(FusedArgs<PO, PI>
     if (threadIdx.x == 0) f.block_skip[blockIdx.x] = any ? 1u : 0u;
   }
 
-  // 2. The inner's commit, as ctrl_commit_summarize, and the combine.
+  // 2. The inner's commit (the controller's commit body) and the combine.
   const std::int64_t t = *a.step + 1;
-  SI* s_state = reinterpret_cast<SI*>(s_stage);
-  UnitReport* s_rep = reinterpret_cast<UnitReport*>(s_stage);
-  UnitDecision* s_dec = reinterpret_cast<UnitDecision*>(s_rep + kSelectThreads);
-  if constexpr (kStageI) stage_in(s_stage, a.state + base, count);
-  wait_prior_grid();  // phase 1's norms, keys, rule and systemic step
-  if constexpr (kStageI) __syncthreads();
-  Acc acc = Acc::zero();
-  SI s;
-  UnitDecision d;
-  UnitReport r;
-  const SystemicStep sys = *a.sys;
-  if (active) {
-    const gnmr::detail::SelectRule rule = *a.rule;
-    s = kStageI ? s_state[threadIdx.x] : a.state[i];
-    const UnitView v0 = gnmr::detail::evaluate_unit(a.p, s, a.norm[i], t, i);
-    const bool granted = gnmr::detail::rule_grants(rule, a.key[i]);
-    std::uint32_t gskip = 0;
-    UnitDecision di;
-    const UnitView v = gnmr::detail::commit_unit(a.p, s, v0, granted, sys, di, &r, gskip);
-    if constexpr (!kStageI) a.state[i] = s;
-    acc.add(v, i, gskip);
-    d = layer_decision(dout, di, f.combine);
+  SystemicStep sys;
+  const auto combine = [&](UnitDecision& d, UnitReport& r) {
+    d = layer_decision(dout, d, f.combine);
     r.scale = d.scale;
     r.flags = d.flags;
-  }
-  if constexpr (kStageI) {
-    __syncthreads();
-    if (active) s_state[threadIdx.x] = s;
-    __syncthreads();
-    stage_out(a.state + base, s_stage, count);
-    __syncthreads();
-  }
-  if (active) {
-    s_rep[threadIdx.x] = r;
-    s_dec[threadIdx.x] = d;
-  }
-  __syncthreads();
-  stage_out(f.rep + base, s_rep, count);
-  stage_out(f.dec + base, s_dec, count);
-  allow_dependents();
-  const Acc& block_total = block_merge_tree<kSelectThreads>(acc, s_acc);
-  if (threadIdx.x == 0) a.block_acc[blockIdx.x] = block_total;
-  if (!last_block_done(a.counters + 1, gridDim.x, &s_last)) return;
-  acc = Acc::zero();
+  };
+  if (!commit_block(a, t, f.dec, f.rep, s_stage, s_acc, &s_last, sys, combine)) return;
+  Acc acc = Acc::zero();
   std::uint32_t skip = 0;
   for (std::uint32_t k = threadIdx.x; k < gridDim.x; k += blockDim.x) {
     acc.merge(load_cg(a.block_acc + k));

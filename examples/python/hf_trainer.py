@@ -68,7 +68,7 @@ def main() -> None:
                                    max_position_embeddings=SEQ)
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(cfg)
-    gnmr_cb = GnmrCallback(preset="gnmr")  # one unit per parameter tensor
+    gnmr_cb = GnmrCallback()  # preset "default", one unit per parameter tensor
     spike = Spike(model.model.layers[1].mlp.down_proj.weight, a.spike_at)
     args = transformers.TrainingArguments(
         output_dir=a.out, max_steps=a.steps, per_device_train_batch_size=8,

@@ -64,7 +64,7 @@ def loader(data: torch.Tensor):
 def fit(out: str, steps: int, spike_at: int, data, ckpt=None):
     L.seed_everything(0, verbose=False)
     model = CharMLP(spike_at)
-    cb = GnmrCallback(preset="gnmr")
+    cb = GnmrCallback()  # preset "default"
     saver = L.callbacks.ModelCheckpoint(dirpath=out, every_n_train_steps=max(steps // 2, 1), save_top_k=-1)
     trainer = L.Trainer(max_steps=steps, accelerator="cpu", devices=1, gradient_clip_val=1.0,
                         callbacks=[cb, saver], logger=False, enable_progress_bar=False,

@@ -34,7 +34,7 @@ def main() -> None:
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256),
                                 torch.nn.GELU(), torch.nn.Linear(256, 64)).to(a.device)
     convert_to_float8_training(model)  # every nn.Linear -> Float8Linear
-    ctl = gnmr.Controller(gnmr_ao.operator_units(model), "gnmr")
+    ctl = gnmr.Controller(gnmr_ao.operator_units(model))  # preset "default"
     print("float8 operators under gnmr:", gnmr_ao.enable_promotion(model, ctl))
     opt = gnmr.optim.AdamW(model.parameters(), lr=1e-3, controller=ctl)
     w = torch.randn(64, 64, device=a.device) / 8

@@ -2,7 +2,7 @@
 
     from gnmr.integrations.hf import GnmrCallback
     trainer = Trainer(model=model, args=args, train_dataset=ds,
-                      callbacks=[GnmrCallback(preset="gnmr")])
+                      callbacks=[GnmrCallback()])  # preset "default"
     trainer.train()
 
 Between the backward passes of an optimizer step (after gradient

@@ -1,7 +1,7 @@
 """gnmr in Lightning: a ``lightning.pytorch.Callback``.
 
     from gnmr.integrations.lightning import GnmrCallback
-    trainer = L.Trainer(callbacks=[GnmrCallback(preset="gnmr")], gradient_clip_val=1.0)
+    trainer = L.Trainer(callbacks=[GnmrCallback()], gradient_clip_val=1.0)
     trainer.fit(model, ckpt_path=...)
 
 Lightning calls ``on_before_optimizer_step`` after the backward passes of an

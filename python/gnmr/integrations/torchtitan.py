@@ -4,7 +4,7 @@ torchtitan's docs invite users to subclass.
 
     from gnmr.integrations.torchtitan import GnmrOptimizersContainer, gnmr_adamw
     config = llama3_debugmodel()                    # any torchtitan Trainer.Config
-    config.optimizer = gnmr_adamw(lr=8e-4, preset="gnmr", overrides=dict(tau=3.0))
+    config.optimizer = gnmr_adamw(lr=8e-4)             # preset "default"
     trainer = config.build()                        # torchtitan builds our container
 
 :class:`GnmrOptimizersContainer` builds one :class:`gnmr.Controller` over

@@ -11,12 +11,12 @@ The three ways to use gnmr from PyTorch (docs/python.md):
                      clipped ones a scaled gradient, moments reset in opt
   --promote          the model asks ctl.promoted(unit) in its forward and
                      runs a promoted block's matmuls without the emulated
-                     low precision (needs a promoting preset, e.g.
-                     --preset gnmr-promote where the library has it)
+                     low precision (needs a promoting preset: the
+                     default promotes)
 
 Units are one per block part (embedding, each layer's attention and MLP,
 the head): several tensors recover together. The run writes the event log
-and the norm trace (replay it: gnmr-replay OUT/trace.csv --preset gnmr),
+and the norm trace (replay it: gnmr-replay OUT/trace.csv --preset default),
 checkpoints {model, optim, gnmr} half-way, reloads the checkpoint into fresh
 objects and finishes from there.
 
@@ -172,7 +172,7 @@ def train(args, model, ctl, opt, data, first, steps, stats):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--mode", choices=("adamw", "controller"), default="adamw")
-    ap.add_argument("--preset", default="gnmr", choices=gnmr.presets())
+    ap.add_argument("--preset", default="default", choices=gnmr.presets())
     ap.add_argument("--promote", action="store_true")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--batch", type=int, default=16)

@@ -13,10 +13,11 @@
 //              these policy types then load).
 // Properties: load_state either succeeds or throws gnmr::StateError, and on
 // an error the controller is unchanged (its saved blob is identical). A
-// loaded blob saves back in its canonical form (a version-1 one as version 2)
-// with the same header and payload size, and that form is a fixed point. After a successful load the controller must run steps
-// (clean or faulty norms) without crashing or tripping ASan/UBSan, and no
-// decision scale may be NaN — whatever floats the blob held.
+// loaded blob saves back in its canonical form (a version-1 one as version
+// 2) with the same header and payload size, and that form is a fixed point.
+// After a successful load the controller must run steps (clean or faulty
+// norms) without crashing or tripping ASan/UBSan, and no decision scale may
+// be NaN — whatever floats the blob held.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>

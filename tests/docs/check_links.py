@@ -8,6 +8,7 @@ user page (README.md, docs/*.md; not docs/record/) names an issue number.
 """
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 ISSUE = re.compile(r"\b[Ii]ssues? \d+\b|\(issue \d+")
 
 
+@functools.lru_cache(maxsize=None)
 def anchors(page: Path):
     out = set()
     for line in page.read_text().splitlines():

@@ -234,10 +234,10 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_evaluate_select(CtrlArgs<
     sy.warm_scale = gnmr::detail::warmup_clip_scale(a.p.opt.warmup_clip, t, static_cast<float>(total_sq));
     *a.sys = sy;
   }
-  // kHold on a systemic step: no grant (every thread reads the same count).
-  const std::uint32_t g = gnmr::detail::holds_slots(a.p.opt.systemic, a.systemic_threshold, s_tot.v[2])
-                              ? 0u
-                              : gnmr::detail::grants_wanted(a.slots, h, c);
+  // kHold on a systemic step: no grant; else at most max_grants (every
+  // thread reads the same counts, so every thread computes the same g).
+  const std::uint32_t g = gnmr::detail::step_grants(a.p.opt.systemic, a.systemic_threshold, s_tot.v[2],
+                                                    gnmr::detail::grants_wanted(a.slots, h, c));
   gnmr::detail::SelectRule rule;
   if (g == 0u) {
     rule = gnmr::detail::rule_none();

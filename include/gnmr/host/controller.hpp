@@ -167,14 +167,13 @@ class GnmrController {
     const auto before = [this](std::uint32_t a, std::uint32_t b) {
       return detail::ranks_before(reports_[a].risk, a, reports_[b].risk, b);
     };
-    std::size_t n_grant = candidates_.size();
-    if (detail::holds_slots(p_.opt.systemic, threshold_, triggered)) {
-      n_grant = 0;  // a model-wide jump: no local grant (kHold)
-    } else if (free_slots < candidates_.size()) {
-      std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(free_slots), candidates_.end(),
+    // None on a held step (kHold: a model-wide jump), at most max_grants else.
+    const std::size_t wanted = std::min(free_slots, candidates_.size());
+    const std::size_t n_grant = detail::step_grants(p_.opt.systemic, threshold_, triggered,
+                                                    static_cast<std::uint32_t>(wanted));
+    if (n_grant > 0 && n_grant < candidates_.size())
+      std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(n_grant), candidates_.end(),
                        before);
-      n_grant = free_slots;
-    }
     for (std::size_t j = 0; j < n_grant; ++j) reports_[candidates_[j]].flags |= kGranted;
     // The step-wide systemic outcome (the total norm only for global-clip).
     const float total_sq = detail::needs_total(p_.opt.systemic, p_.opt.warmup_clip)

@@ -94,12 +94,17 @@ inline DeniedRule gnmr_denied_rule() { return DeniedRule{DeniedAction::kClip, 1.
 // (the end of a learning-rate warm-up, a recipe's change), not a local
 // numerical risk: no slot is granted on it (kHold), the outer rule and the
 // recipe's clip deal with it (docs/algorithm.md, "Systemic steps"; chosen on
-// development seeds, docs/record/stability-verdict.md).
+// development seeds, docs/record/stability-verdict.md). On any other step at
+// most one slot is granted: two or three units triggering together (q and k
+// of one layer, gate and up) are one event, promoted once; the others are
+// denied units (nothing here; the default's outer rule bounds them). Chosen
+// on development seeds (the same page, "Coupled triggers").
 inline SystemicRule calibrated_systemic_rule() {
   SystemicRule r;
   r.action = SystemicAction::kHold;
   r.share = 0.1;
   r.min_count = 2;  // a pair of units may be one local event (an operator and its neighbour)
+  r.max_grants = 1;
   return r;
 }
 

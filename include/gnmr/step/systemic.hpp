@@ -78,6 +78,12 @@ struct SystemicRule {
   double share = 0.5;          // in [0, 1]; 1 turns the share test off
   double maxo_multiple = 0.0;  // >= 0; 0 turns the maxO test off
   std::uint32_t min_count = 0; // C is at least this: never systemic with this many or fewer triggered
+  // At most this many slots granted on one step (0: no cap, as many as are
+  // free). Units that trigger on the same step are more often one cause (a
+  // shared input, the schedule) than independent faults; a cap of 1 grants
+  // the riskiest and leaves the others to the denied-unit rule. Any action
+  // but off applies it (docs/algorithm.md, "Systemic steps").
+  std::uint32_t max_grants = 0;
   float kappa = 1.0f;          // clip level: kappa * mu_i (clip-triggered), kappa * M (global-clip)
   float beta = 0.99f;          // EMA decay of the total norm's tracker M (global-clip)
 
@@ -200,6 +206,17 @@ GNMR_HOST_DEVICE SystemicStep decide_systemic(const SystemicRule& r, std::uint32
 // granted one, whatever its risk. An integer comparison, as decide_systemic's.
 GNMR_HOST_DEVICE bool holds_slots(const SystemicRule& r, std::uint32_t threshold, std::uint32_t triggered) {
   return r.action == SystemicAction::kHold && triggered > threshold;
+}
+
+// How many of the step's candidates are granted, from the budget's wish
+// (grants_wanted: min(free slots, candidates)): none on a held step, at most
+// max_grants otherwise (0 = no cap; the rule off never caps). Integers only,
+// so host and device grant the same count.
+GNMR_HOST_DEVICE std::uint32_t step_grants(const SystemicRule& r, std::uint32_t threshold, std::uint32_t triggered,
+                                           std::uint32_t wanted) {
+  if (holds_slots(r, threshold, triggered)) return 0u;
+  if (r.action != SystemicAction::kOff && r.max_grants != 0u && wanted > r.max_grants) return r.max_grants;
+  return wanted;
 }
 
 // Whether a step needs the total norm G (total_sq_tree; the CUDA phase 1

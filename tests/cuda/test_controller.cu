@@ -275,6 +275,22 @@ void test_controller_vs_host() {
     compare("systemic skip, maxO 40", host, dev, 5000, 40, 107, false);
   }
   {
+    // The per-step cap (max_grants 2 of maxO 6) under clip-triggered: every
+    // step with three or more candidates and free slots selects two of them,
+    // on the top-k path (slots <= its cap) and on the full select (maxO 64).
+    for (const std::int32_t max_o : {6, 64}) {
+      gnmr::MaxO b;
+      b.max_o = max_o;
+      b.lock = 3;
+      auto o = systemic_opt(gnmr::SystemicAction::kClipTriggered, 0.5);
+      o.systemic.max_grants = 2;
+      gnmr::GnmrController<> host(3000, {}, {}, {}, {}, b, o);
+      gnmr::cuda::DeviceController<> dev(3000, {}, {}, {}, {}, b, o);
+      compare(max_o == 6 ? "max_grants 2, maxO 6" : "max_grants 2, maxO 64", host, dev, 3000, q ? 30 : 60,
+              109, false, true);
+    }
+  }
+  {
     // The denied-unit clip (systemic off), and a trigger that reads the unit index.
     gnmr::MaxO b;
     b.max_o = 3;

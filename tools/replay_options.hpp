@@ -66,10 +66,13 @@ step; nan/inf/-inf cells are valid) and reports what they did.
   --restart-every N  stabilizer: Stable-SPAM's restart every N steps (0 = off, the default);
                      spam: SPAM's DeltaT timer (500 by default; 0 = off)
   --kappa X        clip a unit in recovery to kappa * mean (default 1)
- Systemic rule (gnmr presets; on in gnmr and gnmr-systemic, off in the
- others unless an action is given; docs/algorithm.md, "Systemic steps"):
-  --systemic-action A  off | clip-triggered | global-clip | skip
-                       (gnmr, gnmr-systemic default clip-triggered)
+ Systemic rule (gnmr presets; on in gnmr, gnmr-systemic, gnmr-calibrated
+ and default, off in the others unless an action is given;
+ docs/algorithm.md, "Systemic steps"):
+  --systemic-action A  off | clip-triggered | global-clip | skip | hold
+                       (gnmr, gnmr-systemic default clip-triggered;
+                       gnmr-calibrated, default: hold at share 0.1, at
+                       least 2, one grant a step)
   --systemic-share X   systemic when more than X * N units trigger (default 0.5)
   --systemic-maxo X    ... or more than X * maxO units (default 0: not used)
   --systemic-kappa X   clip level: kappa * mean of each unit (clip-triggered),

@@ -148,6 +148,7 @@ inline std::string options_text(const gnmr::presets::Options& o) {
   if (o.systemic_maxo) put("systemic_maxo", *o.systemic_maxo);
   if (o.systemic_kappa) put("systemic_kappa", *o.systemic_kappa);
   if (o.systemic_beta) put("systemic_beta", *o.systemic_beta);
+  if (o.systemic_max_grants) put("systemic_max_grants", *o.systemic_max_grants);
   if (o.deny_kappa) put("deny_kappa", *o.deny_kappa);
   if (o.rate) put("rate", *o.rate);
   if (o.floor) put("floor", *o.floor);

@@ -53,8 +53,16 @@ gnmr::presets::Options applicable(const gnmr::presets::Options& o, const std::st
   };
   gnmr::presets::Options r;
   // The systemic knobs tune a rule that gnmr and gnmr-ladder only have with
-  // an explicit action: in a multi-preset run they go to gnmr-systemic alone.
-  const bool rule_off = preset != "gnmr-systemic" && !o.systemic_action;
+  // an explicit action: in a multi-preset run they go to the presets whose
+  // rule is on (gnmr-systemic; gnmr-calibrated, alone or inside a layered
+  // name such as default).
+  const std::string resolved = gnmr::presets::resolve(preset);
+  const auto ends_with = [&](const char* tail) {
+    const std::string t(tail);
+    return resolved.size() >= t.size() && resolved.compare(resolved.size() - t.size(), t.size(), t) == 0;
+  };
+  const bool rule_on = resolved == "gnmr-systemic" || ends_with("+gnmr-systemic") || ends_with("gnmr-calibrated");
+  const bool rule_off = !rule_on && !o.systemic_action;
   const auto ok_sys = [&](const char* k) {
     if (!rule_off) return ok(k);
     dropped.push_back(k);
@@ -68,7 +76,8 @@ gnmr::presets::Options applicable(const gnmr::presets::Options& o, const std::st
   GNMR_KEEP(beta) GNMR_KEEP(max_o) GNMR_KEEP(lock) GNMR_KEEP(cooldown) GNMR_KEEP(kappa)
   GNMR_KEEP(max_norm) GNMR_KEEP(z) GNMR_KEEP(clip_factor) GNMR_KEEP(mean) GNMR_KEEP(restart_every)
   GNMR_KEEP(systemic_action) GNMR_KEEP_SYS(systemic_share) GNMR_KEEP_SYS(systemic_maxo)
-  GNMR_KEEP_SYS(systemic_kappa) GNMR_KEEP_SYS(systemic_beta) GNMR_KEEP(deny_kappa)
+  GNMR_KEEP_SYS(systemic_kappa) GNMR_KEEP_SYS(systemic_beta) GNMR_KEEP_SYS(systemic_max_grants)
+  GNMR_KEEP(deny_kappa)
   GNMR_KEEP(rate) GNMR_KEEP(floor) GNMR_KEEP(ceiling)
 #undef GNMR_KEEP
 #undef GNMR_KEEP_SYS

@@ -78,6 +78,8 @@ step; nan/inf/-inf cells are valid) and reports what they did.
   --systemic-kappa X   clip level: kappa * mean of each unit (clip-triggered),
                        kappa * the total norm's mean (global-clip) (default 1)
   --systemic-beta X    EMA decay of the total norm's mean (default 0.99)
+  --systemic-max-grants N  at most N slots granted on one step (0: no cap;
+                       gnmr-calibrated, default: 1)
  Calibrated trigger (gnmr-calibrated, default; docs/algorithm.md, "Calibrated trigger"):
   --rate X         target false alarms per unit-step    (default 1e-3)
   --floor X        smallest jump (a factor) that fires  (default 2)
@@ -189,7 +191,7 @@ inline bool apply(Options& o, const std::string& key, const std::string& v) {
   } else if (k == "systemic-action") {
     gnmr::SystemicAction a;
     if (!gnmr::parse_systemic_action(v, a))
-      throw UsageError("systemic-action: '" + v + "' is not one of off, clip-triggered, global-clip, skip");
+      throw UsageError("systemic-action: '" + v + "' is not one of off, clip-triggered, global-clip, skip, hold");
     p.systemic_action = v;
   } else if (k == "systemic-share") {
     p.systemic_share = to_double(k, v);
@@ -199,6 +201,8 @@ inline bool apply(Options& o, const std::string& key, const std::string& v) {
     p.systemic_kappa = to_float(k, v);
   } else if (k == "systemic-beta") {
     p.systemic_beta = to_float(k, v);
+  } else if (k == "systemic-max-grants") {
+    p.systemic_max_grants = to_int(k, v);
   } else if (k == "deny-kappa") {
     p.deny_kappa = to_float(k, v);
   } else if (k == "rate") {

@@ -54,7 +54,7 @@ void set_option(gnmr::presets::Options& o, const std::string& kv) {
   GNMR_REF_F(tau) GNMR_REF_F(delta) GNMR_REF_F(beta) GNMR_REF_F(kappa) GNMR_REF_F(max_norm)
   GNMR_REF_F(z) GNMR_REF_F(clip_factor)
   GNMR_REF_I(warmup) GNMR_REF_I(window) GNMR_REF_I(delta_window) GNMR_REF_I(max_o) GNMR_REF_I(lock)
-  GNMR_REF_I(cooldown) GNMR_REF_I(restart_every)
+  GNMR_REF_I(cooldown) GNMR_REF_I(restart_every) GNMR_REF_I(systemic_max_grants)
   GNMR_REF_F(systemic_kappa) GNMR_REF_F(systemic_beta) GNMR_REF_F(deny_kappa)
   GNMR_REF_F(rate) GNMR_REF_F(floor) GNMR_REF_F(ceiling)
   if (k == "systemic_share") {

@@ -38,6 +38,8 @@ CASES = [
     # The calibrated trigger (issue 31), alone and as the default.
     ("gnmr-calibrated", {"rate": 1e-2, "floor": 1.5, "warmup": 5}),
     ("default", {}),
+    ("gnmr-calibrated", {"rate": 1e-2, "floor": 1.5, "warmup": 5, "systemic_max_grants": 0}),
+    ("default", {"rate": 1e-2, "systemic_max_grants": 2}),
     ("default", {"rate": 1e-2, "warmup": 5}),
 ]
 

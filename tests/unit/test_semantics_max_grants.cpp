@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../support/trace_gen.hpp"
+#include "gnmr/presets/make.hpp"
 #include "gnmr/presets/typed.hpp"
 #include "semantics_util.hpp"
 
@@ -153,4 +154,32 @@ TEST_CASE("gnmr-calibrated promotes one of two operators that trigger together",
     ctl.step_norms(row.data(), row.size());
     if (t == 75) CHECK((ctl.reports()[9].flags & kGranted) != 0u);
   }
+}
+
+TEST_CASE("the override systemic_max_grants reaches the calibrated rule, alone and in the default", "[semantics][systemic]") {
+  namespace P = gnmr::presets;
+  P::Options o;
+  o.systemic_max_grants = 0;  // the cap off: both operators of a pair granted
+  for (const char* name : {"gnmr-calibrated", "default"}) {
+    INFO(name);
+    auto c = P::make(name, 24, o);
+    std::vector<float> row(24);
+    for (int t = 1; t <= 61; ++t) {
+      for (std::size_t u = 0; u < row.size(); ++u)
+        row[u] = 1.0f + 0.01f * static_cast<float>((t * 31 + static_cast<int>(u) * 17) % 7);
+      if (t == 61) {
+        row[5] *= 500.0f;
+        row[6] *= 1000.0f;
+      }
+      c->step_norms(row.data(), row.size());
+    }
+    CHECK((c->reports()[5].flags & kGranted) != 0u);
+    CHECK((c->reports()[6].flags & kGranted) != 0u);
+  }
+  P::Options bad;
+  bad.systemic_max_grants = -1;
+  CHECK_THROWS_WITH(P::make("gnmr-calibrated", 4, bad), Catch::Contains("systemic_max_grants"));
+  P::Options off_rule;
+  off_rule.systemic_max_grants = 1;  // gnmr-promote has the rule off: the knob needs an action
+  CHECK_THROWS_WITH(P::make("gnmr-promote", 4, off_rule), Catch::Contains("systemic_action"));
 }

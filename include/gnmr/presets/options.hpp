@@ -50,6 +50,7 @@ struct Options {
   std::optional<double> systemic_maxo;   // ... or more than systemic_maxo * maxO (0: off)
   std::optional<float> systemic_kappa;   // clip level of the systemic action
   std::optional<float> systemic_beta;    // EMA decay of the total norm's mean (global-clip)
+  std::optional<std::int64_t> systemic_max_grants;  // at most this many grants a step (0: no cap)
   // The denied-unit rule, gnmr*: a denied unit is clipped to deny_kappa * mu
   // without a slot (off when not given).
   std::optional<float> deny_kappa;
@@ -83,11 +84,13 @@ inline const std::vector<PresetInfo>& preset_table() {
   static const std::vector<std::string> gnmr_knobs = {
       "tau",      "delta", "warmup",          "window",         "delta_window",   "beta",
       "max_o",    "lock",  "cooldown",        "kappa",          "mean",           "systemic_action",
-      "systemic_share",    "systemic_maxo",   "systemic_kappa", "systemic_beta",  "deny_kappa"};
+      "systemic_share",    "systemic_maxo",   "systemic_kappa", "systemic_beta",  "systemic_max_grants",
+      "deny_kappa"};
   static const std::vector<std::string> calibrated_knobs = {
       "rate",           "floor",          "ceiling",        "warmup",         "delta_window",   "beta",
       "max_o",          "lock",           "cooldown",       "kappa",          "systemic_action",
-      "systemic_share", "systemic_maxo",  "systemic_kappa", "systemic_beta",  "deny_kappa"};
+      "systemic_share", "systemic_maxo",  "systemic_kappa", "systemic_beta",  "systemic_max_grants",
+      "deny_kappa"};
   static const std::vector<PresetInfo> t = {
       {"none", false, {}},
       {"clip", true, {"max_norm"}},
@@ -134,6 +137,7 @@ inline std::vector<std::string> options_given(const Options& o) {
   if (o.systemic_maxo) g.push_back("systemic_maxo");
   if (o.systemic_kappa) g.push_back("systemic_kappa");
   if (o.systemic_beta) g.push_back("systemic_beta");
+  if (o.systemic_max_grants) g.push_back("systemic_max_grants");
   if (o.deny_kappa) g.push_back("deny_kappa");
   if (o.rate) g.push_back("rate");
   if (o.floor) g.push_back("floor");
@@ -186,7 +190,8 @@ inline ControllerOptions gnmr_options(const Options& o, SystemicRule systemic, D
   if (o.systemic_action && !parse_systemic_action(*o.systemic_action, c.systemic.action))
     throw std::invalid_argument("gnmr: override 'systemic_action' must be one of off, clip-triggered, "
                                 "global-clip, skip, hold; got '" + *o.systemic_action + "'");
-  const bool knobs = o.systemic_share || o.systemic_maxo || o.systemic_kappa || o.systemic_beta;
+  const bool knobs =
+      o.systemic_share || o.systemic_maxo || o.systemic_kappa || o.systemic_beta || o.systemic_max_grants;
   if (knobs && c.systemic.action == SystemicAction::kOff)
     throw std::invalid_argument("gnmr: the systemic_* overrides need the systemic rule on: give "
                                 "systemic_action (clip-triggered, global-clip, skip or hold) or use preset "
@@ -195,6 +200,7 @@ inline ControllerOptions gnmr_options(const Options& o, SystemicRule systemic, D
   if (o.systemic_maxo) c.systemic.maxo_multiple = *o.systemic_maxo;
   if (o.systemic_kappa) c.systemic.kappa = *o.systemic_kappa;
   if (o.systemic_beta) c.systemic.beta = *o.systemic_beta;
+  if (o.systemic_max_grants) c.systemic.max_grants = u32("systemic_max_grants", *o.systemic_max_grants);
   if (o.deny_kappa) {
     c.denied.action = DeniedAction::kClip;
     c.denied.kappa = *o.deny_kappa;

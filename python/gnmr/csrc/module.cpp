@@ -34,7 +34,8 @@ namespace {
 // The fields of gnmr::presets::Options, by their C++ names: one list for the
 // conversion and for the "valid overrides" message.
 #define GNMR_PY_FLOAT_OPTIONS(X) X(tau) X(delta) X(beta) X(kappa) X(max_norm) X(z) X(clip_factor)
-#define GNMR_PY_INT_OPTIONS(X) X(warmup) X(window) X(delta_window) X(max_o) X(lock) X(cooldown) X(restart_every)
+#define GNMR_PY_INT_OPTIONS(X) \
+  X(warmup) X(window) X(delta_window) X(max_o) X(lock) X(cooldown) X(restart_every) X(systemic_max_grants)
 // The systemic and denied-unit rules (docs/algorithm.md): the thresholds are
 // doubles in C++ (a share of 0.29 must stay 0.29, not its float), the rest
 // floats; the action is a string.

@@ -60,6 +60,17 @@ inline Ctl make(std::size_t n, gnmr::EmaMean mean, gnmr::GnmrTrigger tr, gnmr::M
   return Ctl(n, gnmr::L2Norm{}, mean, tr, clip(kappa), b, opt);
 }
 
+// n units under the systemic tests' configuration (EmaMean 0.5, tau 3, no
+// delta, warm-up 2; maxO max_o, lock 3), after two warm-up steps of norm 1:
+// every mean is exactly 1, so r = n on the next step.
+inline Ctl warmed(std::size_t n, const gnmr::ControllerOptions& o, int max_o = 2) {
+  Ctl c = make(n, ema(0.5f), trig(3.0f, kInf, 2), maxo(max_o, 3, 0), 1.0f, o);
+  const std::vector<float> ones(n, 1.0f);
+  c.step_norms(ones);
+  c.step_norms(ones);
+  return c;
+}
+
 // ControllerOptions with the systemic rule (share, optional maxO multiple).
 inline gnmr::ControllerOptions systemic(gnmr::SystemicAction a, double share, double maxo_multiple = 0.0,
                                         float kappa = 1.0f, float beta = 0.99f) {

@@ -35,14 +35,6 @@ gnmr::ControllerOptions capped(SystemicAction a, double share, std::uint32_t cap
   return o;
 }
 
-Ctl warmed(std::size_t n, const gnmr::ControllerOptions& o, int max_o) {
-  Ctl c = make(n, ema(0.5f), trig(3.0f, kInf, 2), maxo(max_o, 3, 0), 1.0f, o);
-  const std::vector<float> ones(n, 1.0f);
-  c.step_norms(ones);
-  c.step_norms(ones);
-  return c;
-}
-
 std::vector<std::size_t> with_flag(const Ctl& c, std::uint32_t flag) {
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < c.num_units(); ++i)

@@ -31,15 +31,6 @@ using gnmr::SystemicAction;
 
 namespace {
 
-// n units, maxO 2, lock 3; two warm-up steps of norm 1; then one step where
-// units 0 .. k-1 have norm 10 (r = 10 > tau 3, equal risks).
-Ctl warmed(std::size_t n, const gnmr::ControllerOptions& o, int max_o = 2) {
-  Ctl c = make(n, ema(0.5f), trig(3.0f, kInf, 2), maxo(max_o, 3, 0), 1.0f, o);
-  const std::vector<float> ones(n, 1.0f);
-  c.step_norms(ones);
-  c.step_norms(ones);
-  return c;
-}
 // Field by field: padding bytes are whatever the initial copy left there.
 bool same_state(const Ctl::UnitState& a, const Ctl::UnitState& b) {
   return std::memcmp(&a.mean, &b.mean, sizeof a.mean) == 0 && std::memcmp(&a.trigger, &b.trigger, sizeof a.trigger) == 0 &&

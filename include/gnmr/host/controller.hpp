@@ -30,6 +30,7 @@
 #include "gnmr/policy/norm.hpp"
 #include "gnmr/policy/recovery.hpp"
 #include "gnmr/policy/trigger.hpp"
+#include "gnmr/step/select.hpp"
 #include "gnmr/step/step.hpp"
 #include "gnmr/step/systemic.hpp"
 #include "gnmr/step/validate.hpp"
@@ -161,16 +162,14 @@ class GnmrController {
       triggered += (v.flags & kTriggered) ? 1u : 0u;
       if (detail::is_candidate(v.flags)) candidates_.push_back(static_cast<std::uint32_t>(i));
     }
-    // Phase 2: the free slots go to the highest risks, ties to the lower index.
-    const std::uint32_t slots = p_.budget.slots();
-    const std::size_t free_slots = held >= slots ? 0 : static_cast<std::size_t>(slots - held);
+    // Phase 2: the free slots go to the highest risks, ties to the lower index;
+    // how many is the device's count (none on a held step, at most max_grants).
     const auto before = [this](std::uint32_t a, std::uint32_t b) {
       return detail::ranks_before(reports_[a].risk, a, reports_[b].risk, b);
     };
-    // None on a held step (kHold: a model-wide jump), at most max_grants else.
-    const std::size_t wanted = std::min(free_slots, candidates_.size());
-    const std::size_t n_grant = detail::step_grants(p_.opt.systemic, threshold_, triggered,
-                                                    static_cast<std::uint32_t>(wanted));
+    const std::size_t n_grant = detail::step_grants(
+        p_.opt.systemic, threshold_, triggered,
+        detail::grants_wanted(p_.budget.slots(), held, static_cast<std::uint32_t>(candidates_.size())));
     if (n_grant > 0 && n_grant < candidates_.size())
       std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(n_grant), candidates_.end(),
                        before);

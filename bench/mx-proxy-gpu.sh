@@ -3,8 +3,11 @@
 # 2506.20752) reproduced on one GPU, and gnmr against it, in one call of
 # the device tool (docs/record/mx-proxy.md has the protocol and the results):
 #
-#   bash bench/mx-proxy-gpu.sh [--out DIR] [--seeds 1-2] [--jobs 4] [--budget 480]
+#   bash bench/mx-proxy-gpu.sh [--out DIR] [--seeds 1-2] [--jobs 4] [--budget 480] [--emulation E]
 #
+# --emulation torchao (default: torchao's bits, MX hardware's) or paper (the
+# authors' own emulator's bits: bench/python/mx_paper.py); both can share
+# one DIR (high, the same run under either, runs once).
 # 1. builds the gnmr Python package with CUDA (tests/python/gpu.sh --build-only);
 # 2. the pilot: `low` and `high` at the paper's main setting (D 512, L 4,
 #    batch 2048, lr 6e-4, 9,000 steps) on every seed, in parallel processes;
@@ -16,9 +19,10 @@
 # Nothing of gnmr is tuned here: the default as shipped.
 # Every phase runs under what is left of --budget seconds (default 480: the
 # issue's 8 minutes); a run cut by it is not recorded, and calling the
-# script again resumes from DIR/*/results.csv (finished runs are not
-# re-run). DIR/mx-proxy.tgz holds everything (results, traces, grants) to
-# bring back under $OUT.
+# script again resumes: finished runs (DIR/*/results.csv) are not re-run,
+# a cut one continues from its last checkpoint (DIR/*/ckpt/, every 500
+# steps). DIR/mx-proxy.tgz holds the results, traces and grants (not the
+# checkpoints) to bring back under $OUT.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -26,12 +30,14 @@ out="build-gpu-mx"
 seeds="1-2"
 jobs=4
 budget=480
+emulation=torchao
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
     --seeds) seeds="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
+    --emulation) emulation="$2"; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -47,15 +53,16 @@ proxy() {  # proxy DIR ARMS SETTING...
   local s; s=$(left)
   [ "$s" -gt 30 ] || { echo "mx-proxy-gpu: no time left for $arms in $dir"; return 1; }
   timeout "$s" "$py" bench/python/mx_proxy.py --device cuda --compile --jobs "$jobs" --seeds "$seeds" \
-    --arms "$arms" --out "$dir" "$@"
+    --emulation "$emulation" --resume --ckpt-every 500 --arms "$arms" --out "$dir" "$@"
 }
-# Which seeds `low` diverged on while `high` did not (a comma list, or empty).
+# Which seeds `low` (under --emulation) diverged on while `high` did not (a comma list, or empty).
 diverging() {
-  "$py" - "$1/results.csv" <<'PY'
+  "$py" - "$1/results.csv" "$emulation" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1]))) if __import__("os").path.exists(sys.argv[1]) else []
-d = {(r["arm"], r["seed"]): r["diverged_at"] for r in rows}
-print(",".join(sorted({s for a, s in d if a == "low" and d[(a, s)] and not d.get(("high", s), "x")}, key=int)))
+d = {(r["arm"], r["emulation"], r["seed"]): r["diverged_at"] for r in rows}
+print(",".join(sorted({s for a, e, s in d if a == "low" and e == sys.argv[2] and d[(a, e, s)]
+                       and not d.get(("high", "none", s), "x")}, key=int)))
 PY
 }
 run_setting() {  # run_setting DIR SETTING...
@@ -79,6 +86,7 @@ fi
 for d in "$out"/main "$out"/second; do
   [ -f "$d/results.csv" ] && { echo "== $d"; "$py" bench/python/mx_proxy.py --summary --out "$d"; }
 done
-tar czf "$out/mx-proxy.tgz" -C "$out" $(cd "$out" && ls -d main second 2>/dev/null) 2>/dev/null
+# shellcheck disable=SC2046
+tar czf "$out/mx-proxy.tgz" --exclude=ckpt -C "$out" $(cd "$out" && ls -d main second 2>/dev/null) 2>/dev/null
 echo "mx-proxy-gpu: $(( $(date +%s) - t0 )) s; results in $out/mx-proxy.tgz"
 exit "$rc"

@@ -9,7 +9,7 @@ baselines to beat. docs/record/mx-proxy.md has the protocol and the results.
         --batch 2048 --lr 6e-4 --steps 9000 --seeds 1-2 --device cuda --jobs 4 --out DIR
 
 Arms (one seed: the same initialisation, data and noise in every arm):
-  high            fp32 everywhere
+  high            fp32 everywhere (the same run under either emulation)
   low             the paper's MX: every GEMM operand MXFP8 E4M3 (blocks of
                   32, the OCP floor rule), LayerNorm and GELU rounded to bf16
   low-rceil       low with the scale rounded up (torchao's RCEIL): the
@@ -23,6 +23,11 @@ Arms (one seed: the same initialisation, data and noise in every arm):
                   must have run first, into the same DIR)
   PRESET          any other gnmr preset, promoting as default does
 
+--emulation torchao (the default) gives torchao's bits, what MX hardware
+does; --emulation paper the bits of the authors' own emulator (mx_paper.py:
+ties away from zero, bf16 GEMM operands and results, a LayerNorm chain of
+bf16 ops without a beta gradient, the student's GELU unquantized).
+
 Adam (0.9, 0.999), constant learning rate, no warm-up, no clipping, no
 weight decay (gnmr.optim.AdamW with weight_decay 0 is that Adam). Batches
 are drawn on the fly from a generator seeded by (seed, step).
@@ -31,11 +36,20 @@ Metrics (defined before any run): diverged_at, the first step whose loss is
 not finite or above 10x the running minimum (empty if never); final_loss,
 the mean training loss of the last 100 steps (the loss at the stop when a
 run ends non-finite); high_share, promoted operator-steps over all
-operator-steps; per run the loss trace (DIR/traces/ARM-SEED.csv) and, for
-promoting arms, every grant (DIR/grants/ARM-SEED.json: step, operator).
-Writes DIR/results.csv (arm, seed, diverged_at, final_loss, high_share,
+operator-steps; per run the loss trace (DIR/traces/RUN.csv) and, for
+promoting arms, every grant (DIR/grants/RUN.json: operator, first step,
+length), RUN being ARM-SEED under torchao's emulation and for high,
+ARM.paper-SEED under the paper's. Writes DIR/results.csv (arm, emulation
+(torchao, paper; none for high), seed, diverged_at, final_loss, high_share,
 grants, steps, width, depth, batch, lr, device, wall_s); runs already there
 are not run again.
+
+Runs survive a stop: every --ckpt-every steps (and at the end) a run writes
+DIR/ckpt/RUN.pt atomically (the model, the optimizer's state with the
+controller's, the RNG state, the step, the loss trace, the grants and the
+divergence bookkeeping so far); --resume continues each unfinished run from
+it, bit for bit (tests/python/test_mx_proxy.py). --stop-after K stops every
+run after step K (checkpointed, nothing recorded).
 """
 from __future__ import annotations
 
@@ -52,9 +66,11 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-FIELDS = ["arm", "seed", "diverged_at", "final_loss", "high_share", "grants", "steps", "width", "depth",
-          "batch", "lr", "device", "wall_s"]
+FIELDS = ["arm", "emulation", "seed", "diverged_at", "final_loss", "high_share", "grants", "steps", "width",
+          "depth", "batch", "lr", "device", "wall_s"]
 STATIC = {"high", "low", "low-rceil", "low-ln-high"}
+SETTING = ("width", "depth", "batch", "lr", "steps", "device")  # a checkpoint resumes only the same run
+CKPT_FORMAT = "mx_proxy.ckpt/1"
 
 
 def parse_seeds(s: str):
@@ -65,15 +81,27 @@ def parse_seeds(s: str):
     return out
 
 
-def recipe_of(arm: str):
+def emulation_of(arm: str, emulation: str) -> str:
+    """high rounds nothing: one run serves both emulations."""
+    return "none" if arm == "high" else emulation
+
+
+def run_name(arm: str, emulation: str, seed: int) -> str:
+    """The file stem of a run: ARM-SEED (torchao's emulation, high), ARM.paper-SEED."""
+    e = emulation_of(arm, emulation)
+    return f"{arm}-{seed}" if e in ("torchao", "none") else f"{arm}.{e}-{seed}"
+
+
+def recipe_of(arm: str, emulation: str = "torchao"):
     from mx_sim import HIGH, Recipe
     if arm == "high":
         return HIGH
+    gelu = emulation == "torchao"  # the paper's student GELU is unquantized in their code
     if arm == "low-rceil":
-        return Recipe("rceil", True, True)
+        return Recipe("rceil", True, gelu, emulation)
     if arm == "low-ln-high":
-        return Recipe("floor", False, True)
-    return Recipe("floor", True, True)  # low, and every gnmr arm on top of it
+        return Recipe("floor", False, gelu, emulation)
+    return Recipe("floor", True, gelu, emulation)  # low, and every gnmr arm on top of it
 
 
 def random_table(src, ops, steps, seed):
@@ -87,43 +115,102 @@ def random_table(src, ops, steps, seed):
     return table
 
 
-def run(arm: str, seed: int, a) -> dict:
+def _save_atomic(payload, path: Path) -> None:
+    """torch.save to PATH.tmp, flushed to disk, renamed over PATH: a stop at
+    any moment leaves the previous checkpoint or the new one, whole."""
     import torch
-    import gnmr
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def run(arm: str, seed: int, a):
+    """One run; its results.csv row, or None when --stop-after stopped it."""
+    import torch
     from mx_sim import Student, Teacher, units_of
 
     import mx_sim
 
     torch.set_num_threads(a.threads)
     dev = torch.device(a.device)
-    compiled = a.compile and mx_sim.use_compiled(a.device)
+    compiled = a.compile and mx_sim.use_compiled(a.device, a.emulation)
     t0 = time.time()
+    name = run_name(arm, a.emulation, seed)
     torch.manual_seed(seed)
     student = Student(a.width, a.depth).to(dev)
     torch.manual_seed(seed + 1_000_003)
     teacher = Teacher(a.width, a.depth).to(dev)
-    student.set_recipe(recipe_of(arm))
+    recipe = recipe_of(arm, a.emulation)
+    student.set_recipe(recipe)
     ops = student.operators()
     names = list(ops)
     preset = None if arm in STATIC else ("stabilizer" if arm.endswith("-random") else arm)
-    ctl = gnmr.Controller(units_of(student), preset) if preset else None
+    ctl = None
+    if preset:
+        import gnmr
+        ctl = gnmr.Controller(units_of(student), preset)
     opt = (gnmr.optim.AdamW(student.parameters(), lr=a.lr, betas=(0.9, 0.999), weight_decay=0.0, controller=ctl)
            if ctl else torch.optim.Adam(student.parameters(), lr=a.lr, betas=(0.9, 0.999)))
-    step = {"t": 0}
+    # t: the step being run; promo: the units the controller's latest
+    # decisions promote (read once per step, and checkpointed: a freshly
+    # loaded controller holds no decisions until its next step).
+    st = {"t": 0, "promo": set()}
     table = None
     if arm.endswith("-random"):
-        src = json.loads((Path(a.out) / "grants" / f"{arm[:-len('-random')]}-{seed}.json").read_text())
+        src_name = run_name(arm[:-len("-random")], a.emulation, seed)
+        src = json.loads((Path(a.out) / "grants" / f"{src_name}.json").read_text())
         table = random_table([(op, n) for op, _, n in src["episodes"]], names, a.steps, seed)
         for n, op in ops.items():
-            op.promoted = (lambda n=n: (n, step["t"]) in table)
+            op.promoted = (lambda n=n: (n, st["t"]) in table)
     elif ctl is not None and preset not in ("stabilizer",):
         for n, op in ops.items():
-            op.promoted = (lambda n=n: ctl.last_summary is not None and ctl.promoted(n))
-    g = torch.Generator(device=dev)
+            op.promoted = (lambda n=n: n in st["promo"])
+    g = torch.Generator(device=dev)  # reseeded every step by (seed, step): it carries no state across steps
     losses, grants, promoted_steps, open_eps = [], [], 0, {}
-    diverged_at, running_min = None, math.inf
-    for t in range(1, a.steps + 1):
-        step["t"] = t
+    diverged_at, running_min, wall_before, done = None, math.inf, 0.0, False
+    setting = {k: getattr(a, k) for k in SETTING}
+    ckpt = Path(a.out) / "ckpt" / f"{name}.pt"
+    ckpt.parent.mkdir(parents=True, exist_ok=True)
+    params = dict(student.named_parameters())
+    first = 1
+    if ckpt.exists():
+        if not a.resume:
+            raise RuntimeError(f"{ckpt} exists: pass --resume to continue that run, or delete it to start over")
+        ck = torch.load(ckpt, map_location=dev, weights_only=False)
+        if ck.get("format") != CKPT_FORMAT or ck["setting"] != setting or ck["run"] != [arm, a.emulation, seed]:
+            raise RuntimeError(f"{ckpt} belongs to another run or version ({ck.get('run')}, {ck.get('setting')})")
+        student.load_state_dict(ck["student"])
+        opt.load_state_dict(ck["opt"])
+        torch.set_rng_state(ck["rng"].cpu())  # map_location moved it with the rest
+        # The gradient buffers the uninterrupted run would hold (zeroed in
+        # place before every backward): a buffer that exists is added into,
+        # a missing one is assigned.
+        for n in ck["grads"]:
+            params[n].grad = torch.zeros_like(params[n])
+        first = ck["t"] + 1
+        st["promo"] = set(ck["promo"])
+        losses, grants, promoted_steps = ck["losses"], ck["grants"], ck["promoted_steps"]
+        # each operator's latest episode is an entry of grants (extended in
+        # place while it lasts): stored as indices, relinked here
+        open_eps = {grants[i][0]: grants[i] for i in ck["open_eps"]}
+        diverged_at, running_min, wall_before, done = ck["diverged_at"], ck["running_min"], ck["wall_s"], ck["done"]
+
+    def save(t: int, done: bool) -> None:
+        pos = {id(e): i for i, e in enumerate(grants)}
+        _save_atomic({"format": CKPT_FORMAT, "run": [arm, a.emulation, seed], "setting": setting, "t": t,
+                      "done": done, "student": student.state_dict(), "opt": opt.state_dict(),
+                      "rng": torch.get_rng_state(), "grads": [n for n, p in params.items() if p.grad is not None],
+                      "promo": sorted(st["promo"]), "losses": losses, "grants": grants,
+                      "open_eps": [pos[id(e)] for e in open_eps.values()], "promoted_steps": promoted_steps,
+                      "diverged_at": diverged_at, "running_min": running_min,
+                      "wall_s": wall_before + time.time() - t0}, ckpt)
+
+    t_mark, t_at_mark, t = time.time(), first - 1, first - 1
+    for t in range(first, a.steps + 1) if not done else ():
+        st["t"] = t
         on = [n for n in names if ops[n].promoted()] if ctl is not None or table is not None else []
         promoted_steps += len(on)
         for n in on:  # promotion episodes [operator, first step, length]; a new one is a grant
@@ -136,11 +223,14 @@ def run(arm: str, seed: int, a) -> dict:
         g.manual_seed(seed * 1_000_003 + t)
         x = torch.randn(a.batch, a.width, device=dev, generator=g)
         with torch.no_grad():
-            y = teacher(x) + 0.005 * torch.randn(a.batch, a.width, device=dev, generator=g)
+            y = teacher(x, recipe) + 0.005 * torch.randn(a.batch, a.width, device=dev, generator=g)
         loss = torch.nn.functional.mse_loss(student(x), y)
         opt.zero_grad(set_to_none=False)
         loss.backward()
+        student.drop_chain_beta_grads()
         opt.step()
+        if ctl is not None:
+            st["promo"] = set(ctl.promoted_units())
         lv = float(loss.detach())
         losses.append(lv)
         if diverged_at is None and (not math.isfinite(lv) or lv > 10.0 * running_min):
@@ -148,32 +238,47 @@ def run(arm: str, seed: int, a) -> dict:
         running_min = min(running_min, lv)
         if not math.isfinite(lv):
             break
+        if t % a.ckpt_every == 0 or t == a.stop_after:
+            save(t, False)
+            now = time.time()
+            print(f"{name}: step {t}/{a.steps} loss {lv:.4g} min {running_min:.4g} diverged_at "
+                  f"{diverged_at or '-'}  {(now - t_mark) / (t - t_at_mark):.3f} s/step", flush=True)
+            t_mark, t_at_mark = now, t
+        if t == a.stop_after:
+            return None
+    if not done:
+        save(t, True)  # the final state: what a finished run ends with (the resume test compares it)
     out = Path(a.out)
     (out / "traces").mkdir(parents=True, exist_ok=True)
-    with open(out / "traces" / f"{arm}-{seed}.csv", "w") as f:
+    with open(out / "traces" / f"{name}.csv", "w") as f:
         f.write("step,loss\n" + "".join(f"{i + 1},{v:.6g}\n" for i, v in enumerate(losses)))
     if ctl is not None or table is not None:
         (out / "grants").mkdir(parents=True, exist_ok=True)
-        (out / "grants" / f"{arm}-{seed}.json").write_text(json.dumps({"episodes": grants}))
+        (out / "grants" / f"{name}.json").write_text(json.dumps({"episodes": grants}))
     tail = [v for v in losses[-100:] if math.isfinite(v)]
     final = (sum(tail) / len(tail)) if len(tail) == len(losses[-100:]) and tail else losses[-1]
-    return {"arm": arm, "seed": seed, "diverged_at": diverged_at if diverged_at is not None else "",
+    return {"arm": arm, "emulation": emulation_of(arm, a.emulation), "seed": seed,
+            "diverged_at": diverged_at if diverged_at is not None else "",
             "final_loss": f"{final:.6g}", "high_share": round(promoted_steps / (len(names) * len(losses)), 6),
             "grants": len(grants), "steps": len(losses), "width": a.width, "depth": a.depth, "batch": a.batch,
-            "lr": a.lr, "device": a.device + ("+compiled" if compiled else ""), "wall_s": round(time.time() - t0, 1)}
+            "lr": a.lr, "device": a.device + ("+compiled" if compiled else ""),
+            "wall_s": round(wall_before + time.time() - t0, 1)}
 
 
 def summary(path: Path) -> None:
     rows = list(csv.DictReader(open(path)))
-    print(f"{'arm':16s} {'seed':>5s} {'diverged_at':>11s} {'final_loss':>11s} {'high %':>7s} {'grants':>6s}")
-    for r in sorted(rows, key=lambda r: (r["arm"], int(r["seed"]))):
-        print(f"{r['arm']:16s} {r['seed']:>5s} {r['diverged_at'] or '-':>11s} {r['final_loss']:>11s} "
-              f"{100 * float(r['high_share']):7.3f} {r['grants']:>6s}")
+    print(f"{'arm':16s} {'emulation':>9s} {'seed':>5s} {'diverged_at':>11s} {'final_loss':>11s} {'high %':>7s} "
+          f"{'grants':>6s} {'wall_s':>8s}")
+    for r in sorted(rows, key=lambda r: (r["arm"], r["emulation"], int(r["seed"]))):
+        print(f"{r['arm']:16s} {r['emulation']:>9s} {r['seed']:>5s} {r['diverged_at'] or '-':>11s} "
+              f"{r['final_loss']:>11s} {100 * float(r['high_share']):7.3f} {r['grants']:>6s} {r['wall_s']:>8s}")
 
 
-def main() -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--arms", default="low,high")
+    ap.add_argument("--emulation", default="torchao", choices=["torchao", "paper"],
+                    help="whose MX bits: torchao's (MX hardware's) or the paper authors' emulator's")
     ap.add_argument("--width", type=int, default=512)
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--batch", type=int, default=2048)
@@ -181,45 +286,76 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=9000)
     ap.add_argument("--seeds", default="1-2")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=1, help="runs in parallel (1: in this process, one after another)")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads per run")
     ap.add_argument("--compile", action="store_true",
                     help="fuse the MX quantizer with torch.compile when it gives eager's bits (mx_sim.use_compiled)")
+    ap.add_argument("--ckpt-every", type=int, default=250, help="steps between checkpoints (DIR/ckpt/RUN.pt)")
+    ap.add_argument("--resume", action="store_true", help="continue unfinished runs from their checkpoints")
+    ap.add_argument("--stop-after", type=int, default=0, help="stop every run after this step, checkpointed")
     ap.add_argument("--out", default="build/mx-proxy")
     ap.add_argument("--summary", action="store_true", help="only print OUT/results.csv")
-    a = ap.parse_args()
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = parser()
+    a = ap.parse_args(argv)
     if a.width % 32:
         ap.error("--width must be a multiple of 32 (MX blocks)")
+    if a.ckpt_every < 1:
+        ap.error("--ckpt-every must be positive")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     res = out / "results.csv"
     if a.summary:
         summary(res)
         return 0
-    if res.exists() and next(csv.reader(open(res)), []) != FIELDS:
-        sys.exit(f"{res} was written by another version of this script (columns differ); use another --out")
+    # An empty file is a queue stopped before its first result: a new file.
+    if res.exists() and res.stat().st_size > 0 and next(csv.reader(open(res)), []) != FIELDS:
+        sys.exit(f"{res} was written by another version of this script (columns differ: this one has "
+                 f"{','.join(FIELDS)}); use another --out")
     arms = a.arms.split(",")
     # a -random arm reads its source's grants: sources run in the first wave
     for wave in ([x for x in arms if not x.endswith("-random")], [x for x in arms if x.endswith("-random")]):
-        done = {(r["arm"], int(r["seed"])) for r in csv.DictReader(open(res))} if res.exists() else set()
-        todo = [(arm, s) for s in parse_seeds(a.seeds) for arm in wave if (arm, s) not in done]
+        done = ({(r["arm"], r["emulation"], int(r["seed"])) for r in csv.DictReader(open(res))}
+                if res.exists() else set())
+        todo = [(arm, s) for s in parse_seeds(a.seeds) for arm in wave
+                if (arm, emulation_of(arm, a.emulation), s) not in done]
         if not todo:
             continue
-        new = not res.exists()
+        stale = [str(out / "ckpt" / f"{run_name(arm, a.emulation, s)}.pt") for arm, s in todo
+                 if (out / "ckpt" / f"{run_name(arm, a.emulation, s)}.pt").exists()]
+        if stale and not a.resume:
+            sys.exit("unfinished runs have checkpoints; pass --resume to continue them (or delete them): "
+                     + " ".join(stale))
+        new = not res.exists() or res.stat().st_size == 0
         ctx = None
         if a.device == "cuda":  # CUDA in worker processes needs spawn
             import multiprocessing as mp
             ctx = mp.get_context("spawn")
-        with open(res, "a", newline="") as f, ProcessPoolExecutor(a.jobs, mp_context=ctx) as pool:
+        with open(res, "a", newline="") as f:
             w = csv.DictWriter(f, fieldnames=FIELDS)
             if new:
                 w.writeheader()
-            for r in pool.map(run, [t[0] for t in todo], [t[1] for t in todo], [a] * len(todo)):
-                w.writerow(r)
-                f.flush()
-                print(f"{r['arm']:16s} seed {r['seed']:4d}  diverged_at {r['diverged_at'] or '-':>6}  "
-                      f"final {r['final_loss']}  high {100 * r['high_share']:.3f}%  {r['wall_s']} s", flush=True)
-    summary(res)
+            pool = ProcessPoolExecutor(a.jobs, mp_context=ctx) if a.jobs > 1 else None
+            try:
+                rows = (pool.map(run, [t[0] for t in todo], [t[1] for t in todo], [a] * len(todo)) if pool
+                        else (run(arm, s, a) for arm, s in todo))
+                for (arm, s), r in zip(todo, rows):
+                    if r is None:
+                        print(f"{run_name(arm, a.emulation, s):24s} stopped after step {a.stop_after} "
+                              f"(checkpointed; --resume continues it)", flush=True)
+                        continue
+                    w.writerow(r)
+                    f.flush()
+                    print(f"{run_name(arm, a.emulation, s):24s} diverged_at {r['diverged_at'] or '-':>6}  "
+                          f"final {r['final_loss']}  high {100 * r['high_share']:.3f}%  {r['wall_s']} s", flush=True)
+            finally:
+                if pool:
+                    pool.shutdown()
+    if res.exists():
+        summary(res)
     return 0
 
 

@@ -25,8 +25,17 @@ from x ~ N(0, I), target teacher(x) + 0.005 N(0, I), MSE. In the paper's MX
 recipe the LayerNorm (its affine included) and GELU are rounded to bf16
 (forward and backward: a round trip through bfloat16).
 
+Two emulations of that recipe (Recipe.emulation): "torchao", the default,
+gives torchao's bits as above (round-half-to-even, the LayerNorm one op in
+fp32 rounded once, what MX hardware does); "paper" gives the bits of the
+authors' own emulator (mx_paper.py: ties away from zero, every GEMM
+operand and result in bf16, the LayerNorm a chain of bf16 vector ops whose
+beta gets no gradient, the student's GELU unquantized, the teacher
+quantized).
+
 Each operator (every block's LayerNorm, fc1, fc2) can be *promoted*: its
-GEMMs in fp32, and for a LayerNorm its normalisation and affine unrounded.
+GEMMs in fp32, and for a LayerNorm its normalisation and affine unrounded,
+under either emulation.
 """
 from __future__ import annotations
 
@@ -34,6 +43,8 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
+
+import mx_paper
 
 BLOCK = 32
 E4M3_MAX = 448.0
@@ -78,28 +89,39 @@ def mx_quantize(x: torch.Tensor, mode: str = "floor") -> torch.Tensor:
 _quantize = mx_quantize  # what the GEMMs call: mx_quantize, or its compiled twin (use_compiled)
 
 
-def use_compiled(device: str) -> bool:
+def use_compiled(device: str, emulation: str = "torchao") -> bool:
     """Routes the GEMMs' quantization through torch.compile(mx_quantize)
     (one fused kernel per call instead of about twenty: the emulation's cost
     on a GPU) when the compiled function gives eager's bits on a probe of
-    every kind of block (zeros, saturation, 40 binades) under both rules.
-    Returns whether it does; eager stays in use otherwise."""
+    every kind of block (zeros, saturation, 40 binades) under both rules;
+    under emulation "paper" the same for mx_paper's quantizer instead
+    (probed on bf16 values, what it is given). Returns whether the
+    emulation's quantizer is compiled; eager stays in use otherwise."""
     global _quantize
-    try:
-        fn = torch.compile(mx_quantize, dynamic=True)
-        g = torch.Generator().manual_seed(1)
-        x = torch.randn(256, 512, generator=g) * torch.exp2(torch.randint(-20, 20, (256, 1), generator=g).float())
-        x[0, :32] = 0.0
-        x[1, :32] = 511.0 / 512.0
-        x = x.to(device)
-        same = all(torch.equal(fn(x, m), mx_quantize(x, m)) and torch.equal(fn(x.t().contiguous(), m),
-                                                                             mx_quantize(x.t().contiguous(), m))
-                   for m in ("floor", "rceil"))
-    except Exception:  # no compiler toolchain: eager
-        same = False
-    if same:
-        _quantize = fn
-    return same
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(256, 512, generator=g) * torch.exp2(torch.randint(-20, 20, (256, 1), generator=g).float())
+    x[0, :32] = 0.0
+    x[1, :32] = 511.0 / 512.0
+    x = x.to(device)
+
+    def compiled_if_same(eager, probe):
+        try:
+            fn = torch.compile(eager, dynamic=True)
+            same = all(torch.equal(fn(p, m), eager(p, m)) for p in (probe, probe.t().contiguous())
+                       for m in ("floor", "rceil"))
+        except Exception:  # no compiler toolchain: eager
+            same = False
+        return fn if same else None
+
+    if emulation == "paper":
+        fn = compiled_if_same(mx_paper.mx_quantize_paper, mx_paper.bf16_away(x))
+        if fn is not None:
+            mx_paper._quantize = fn
+    else:
+        fn = compiled_if_same(mx_quantize, x)
+        if fn is not None:
+            _quantize = fn
+    return fn is not None
 
 
 def _q_rows(t: torch.Tensor, mode: str) -> torch.Tensor:
@@ -155,13 +177,24 @@ def bf16_round(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.bfloat16).to(t.dtype)
 
 
+EMULATIONS = ("torchao", "paper")
+
+
 class Recipe:
     """What a run computes in low precision. mx: None (fp32 GEMMs), "floor"
-    or "rceil"; ln_bf16 / gelu_bf16: the LayerNorm (affine included) and
-    GELU rounded to bf16."""
+    or "rceil" (the shared exponent's rule); ln_bf16: the LayerNorm
+    (affine included) in bf16; gelu_bf16: the student's GELU rounded to
+    bf16; emulation: whose bits, "torchao" or "paper" (module docstring).
+    Under "paper" the student's GELU is never quantized (theirs is not) and
+    the teacher is quantized whenever mx is set."""
 
-    def __init__(self, mx: Optional[str] = "floor", ln_bf16: bool = True, gelu_bf16: bool = True):
-        self.mx, self.ln_bf16, self.gelu_bf16 = mx, ln_bf16, gelu_bf16
+    def __init__(self, mx: Optional[str] = "floor", ln_bf16: bool = True, gelu_bf16: bool = True,
+                 emulation: str = "torchao"):
+        if emulation not in EMULATIONS:
+            raise ValueError(f"Recipe: emulation must be one of {EMULATIONS}, got {emulation!r}")
+        if emulation == "paper" and gelu_bf16:
+            raise ValueError("Recipe: the paper emulation's student GELU is unquantized (gelu_bf16=False)")
+        self.mx, self.ln_bf16, self.gelu_bf16, self.emulation = mx, ln_bf16, gelu_bf16, emulation
 
 
 HIGH = Recipe(None, False, False)
@@ -187,6 +220,8 @@ class MXLinear(Op):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.recipe.mx is None or self.promoted():
             return F.linear(x, self.weight, self.bias)
+        if self.recipe.emulation == "paper":
+            return mx_paper.PaperLinearFn.apply(x, self.weight, self.bias, self.recipe.mx)
         y = MXLinearFn.apply(x, self.weight, self.recipe.mx)
         return y + self.bias if self.bias is not None else y
 
@@ -196,10 +231,15 @@ class RoundedLayerNorm(Op):
         super().__init__()
         ln = torch.nn.LayerNorm(d)
         self.weight, self.bias = ln.weight, ln.bias
+        self.ran_chain = False  # whether the latest forward ran the paper's chain (no beta gradient)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.ran_chain = False
         if not self.recipe.ln_bf16 or self.promoted():
             return F.layer_norm(x, x.shape[-1:], self.weight, self.bias)
+        if self.recipe.emulation == "paper":
+            self.ran_chain = True
+            return mx_paper.PaperLayerNormFn.apply(x, self.weight, self.bias, mx_paper.LN_EPS)
         xb = x.to(torch.bfloat16)
         y = F.layer_norm(xb, x.shape[-1:], self.weight.to(torch.bfloat16), self.bias.to(torch.bfloat16))
         return y.to(x.dtype)
@@ -212,12 +252,14 @@ class Block(torch.nn.Module):
         self.fc1 = MXLinear(d, 4 * d, bias=False)
         self.fc2 = MXLinear(4 * d, d, bias=True)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.fc1(self.ln(x))
+    def act(self, h: torch.Tensor) -> torch.Tensor:
+        """The GELU: rounded to bf16 when the recipe says so (torchao's
+        emulation of the paper's recipe), fp32 otherwise."""
         h = F.gelu(h)
-        if self.fc1.recipe.gelu_bf16:
-            h = bf16_round(h)
-        return x + self.fc2(h)
+        return bf16_round(h) if self.fc1.recipe.gelu_bf16 else h
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(self.act(self.fc1(self.ln(x))))
 
 
 class Student(torch.nn.Module):
@@ -238,6 +280,15 @@ class Student(torch.nn.Module):
         for op in self.operators().values():
             op.recipe = recipe
 
+    def drop_chain_beta_grads(self) -> None:
+        """After backward: the beta of every LayerNorm that ran the paper's
+        chain this step has no gradient (None, where a buffer zeroed in place
+        would remain from a promoted step), so that torch's Adam and gnmr's
+        AdamW skip it, moments and all, as the authors' Adam does."""
+        for op in self.operators().values():
+            if isinstance(op, RoundedLayerNorm) and op.ran_chain:
+                op.bias.grad = None
+
 
 class Teacher(torch.nn.Module):
     def __init__(self, d: int, depth: int) -> None:
@@ -247,7 +298,11 @@ class Teacher(torch.nn.Module):
             for _ in range(depth))
         self.requires_grad_(False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, recipe: Optional[Recipe] = None) -> torch.Tensor:
+        """fp32; quantized as the authors' MX phase does (mx_paper) when
+        recipe is a paper-emulation recipe with MX GEMMs."""
+        if recipe is not None and recipe.emulation == "paper" and recipe.mx is not None:
+            return mx_paper.teacher_forward(self.layers, x, recipe.mx)
         for layer in self.layers:
             x = layer(x)
         return x

@@ -1,8 +1,10 @@
-"""bench/python/mx_proxy.py and mx_sim.py, on the CPU: the benchmark's own
-MX emulation gives torchao's bits (its quantizer under both scale rules,
-and its emulated MXFP8Linear's three GEMMs), a promoted operator computes
-in high precision, and a short run of every arm at D = 64 writes the
-documented results (the CI smoke of the GPU benchmark, docs/record/mx-proxy.md).
+"""bench/python/mx_proxy.py, mx_sim.py and mx_paper.py, on the CPU: the
+benchmark's own MX emulation gives torchao's bits (its quantizer under both
+scale rules, and its emulated MXFP8Linear's three GEMMs), a promoted
+operator computes in high precision, and a short run of every arm at D = 64
+writes the documented results (the CI smoke of the GPU benchmark,
+docs/record/mx-proxy.md). The paper emulation and resumable runs:
+tests/python/test_mx_paper.py.
 """
 from __future__ import annotations
 

@@ -91,6 +91,7 @@ void test_presets_on_device();
 void test_fused_layered();
 void test_summary_ring();
 void test_errors_without_device();  // runs without a GPU
+void test_conformance_device();
 void test_errors();
 
 }  // namespace gpu_test

@@ -342,6 +342,7 @@ int main() {
   if (want("presets")) gpu_test::test_presets_on_device();
   if (want("fused")) gpu_test::test_fused_layered();
   if (want("ring")) gpu_test::test_summary_ring();
+  if (want("conformance")) gpu_test::test_conformance_device();
   if (want("errors")) gpu_test::test_errors();
   const cudaError_t last = cudaDeviceSynchronize();
   EXPECT(last == cudaSuccess, "device error at exit: %s", cudaGetErrorString(last));

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <utility>
 
@@ -62,29 +63,71 @@ constexpr Combine combine_of() {
   return Norm::kCombine;
 }
 
-// Free-function form: reduce in place with the controller's own NormPolicy,
-// then step. Use it when the controller is owned elsewhere.
+namespace detail {
+// A controller held by value, by pointer or by smart pointer: the object
+// itself (so a ReducedController may own a std::unique_ptr<DynController>).
+template <class C>
+C& controller_ref(C& c) {
+  return c;
+}
+template <class C>
+C& controller_ref(C* c) {
+  return *c;
+}
+template <class C, class D>
+C& controller_ref(std::unique_ptr<C, D>& c) {
+  return *c;
+}
+template <class C, class D>
+const C& controller_ref(const std::unique_ptr<C, D>& c) {
+  return *c;
+}
+template <class C>
+C& controller_ref(std::shared_ptr<C>& c) {
+  return *c;
+}
+}  // namespace detail
+
+// Free-function form: reduce in place with the controller's own combine
+// (partial_combine(): the sum for L2 and RMS partials, the max for Linf),
+// then step. Any controller: a typed GnmrController, a DynController (so
+// gnmr::make_default's), a layered one, or a pointer to one. Use it when
+// the controller is owned elsewhere.
 template <class Controller, class Reducer>
 const StepSummary& reduce_and_step(Controller& controller, Reducer& reducer, float* partials,
                                    std::size_t n) {
   static_assert(is_host_reducer<Reducer>::value,
                 "gnmr: Reducer needs allreduce(float*, std::size_t, gnmr::Combine)");
-  reducer.allreduce(partials, n, combine_of<typename Controller::Policies::NormT>());
-  return controller.step(partials, n);
+  auto& c = detail::controller_ref(controller);
+  reducer.allreduce(partials, n, c.partial_combine());
+  return c.step(partials, n);
+}
+
+// The same on the device, on a stream: any device controller (typed,
+// DynDeviceController, gnmr::cuda::make_default's) and a device reducer
+// with allreduce(float*, size_t, Combine, stream) (gnmr::cuda::NcclReducer).
+// Enqueues the collective and the step; returns the step's cudaError_t.
+template <class Controller, class Reducer, class Stream>
+auto reduce_and_step(Controller& controller, Reducer& reducer, float* d_partials, std::size_t n, Stream stream)
+    -> decltype(detail::controller_ref(controller).step(d_partials, stream)) {
+  auto& c = detail::controller_ref(controller);
+  reducer.allreduce(d_partials, n, c.partial_combine(), stream);
+  return c.step(d_partials, stream);
 }
 
 // Wrapper form: owns a controller and a reducer; step() reduces the caller's
 // partials in place (they hold the global partials afterwards) and steps.
 // Everything else is reached through controller(). The controller's own
-// template parameters are untouched, so every backend and preset composes.
+// template parameters are untouched, so every backend and preset composes;
+// Controller may be a typed controller or a std::unique_ptr to any
+// controller (ReducedController<std::unique_ptr<gnmr::DynController>, R>
+// holds gnmr::make_default's).
 template <class Controller, class Reducer = NoReduce>
 class ReducedController {
   static_assert(is_host_reducer<Reducer>::value,
                 "gnmr: Reducer needs allreduce(float*, std::size_t, gnmr::Combine)");
 
  public:
-  using Norm = typename Controller::Policies::NormT;
-
   ReducedController(Controller controller, Reducer reducer)
       : controller_(std::move(controller)), reducer_(std::move(reducer)) {}
 
@@ -92,8 +135,9 @@ class ReducedController {
     return reduce_and_step(controller_, reducer_, partials, n);
   }
 
-  Controller& controller() { return controller_; }
-  const Controller& controller() const { return controller_; }
+  // The controller itself (dereferenced when held by pointer).
+  auto& controller() { return detail::controller_ref(controller_); }
+  const auto& controller() const { return detail::controller_ref(controller_); }
   Reducer& reducer() { return reducer_; }
   const Reducer& reducer() const { return reducer_; }
 

@@ -45,6 +45,7 @@
 #include "gnmr/cuda/memory.cuh"
 #include "gnmr/cuda/policy_check.cuh"
 #include "gnmr/io/state.hpp"
+#include "gnmr/io/state_id.hpp"
 #include "gnmr/policy/budget.hpp"
 #include "gnmr/policy/mean.hpp"
 #include "gnmr/policy/norm.hpp"
@@ -105,6 +106,19 @@ class DeviceController {
   DeviceController& operator=(const DeviceController&) = delete;
 
   std::size_t num_units() const { return n_; }
+  // The members every controller kind shares (DynDeviceController's names):
+  // the policy names, the budget's slot count, how partials combine across
+  // ranks, the state blob (blocking: checkpoint time).
+  std::string name() const { return policy_names<Policies>(); }
+  std::uint32_t max_in_recovery() const { return p_.budget.slots(); }
+  static constexpr Combine partial_combine() { return Norm::kCombine; }
+  std::vector<std::uint8_t> save() const { return save_state(*this); }
+  void load(const void* data, std::size_t size, const StateLoadOptions& opt = {}) {
+    load_state(*this, data, size, opt);
+  }
+  void load(const std::vector<std::uint8_t>& blob, const StateLoadOptions& opt = {}) {
+    load_state(*this, blob.data(), blob.size(), opt);
+  }
   // Whether the commit kernel is launched as a programmatic dependent of the
   // evaluate kernel (sm_90+, see pdl_supported); the decisions are the same
   // either way.

@@ -15,6 +15,7 @@
 
 #include "gnmr/core/types.hpp"
 #include "gnmr/io/state.hpp"
+#include "gnmr/policy/norm.hpp"
 
 namespace gnmr {
 namespace cuda {
@@ -40,9 +41,16 @@ class DynDeviceController {
   virtual StepSummary copy_summary() const = 0;
   virtual std::int64_t steps_done() const = 0;
 
+  // The step counter on the device (the summary's step after the last
+  // step ran): for kernels of yours that need it without a sync.
+  virtual const std::int64_t* steps_done_device() const = 0;
+
   virtual std::size_t num_units() const = 0;
   virtual std::string name() const = 0;
   virtual std::uint32_t max_in_recovery() const = 0;  // 0xffffffff: unlimited
+  // How partials combine across ranks (kSum: L2/RMS, kMax: Linf); the
+  // device reduce_and_step (gnmr/comm/reducer.hpp) reads it.
+  virtual Combine partial_combine() const = 0;
   virtual void set_unit_numel(const std::uint64_t* numel, std::size_t n) = 0;
   virtual void reset() = 0;  // synchronous
 
@@ -57,4 +65,19 @@ class DynDeviceController {
 };
 
 }  // namespace cuda
+
+// gnmr::save_state / load_state on any DynDeviceController (the typed
+// DeviceController's free functions, gnmr/cuda/controller.cuh, for every
+// device controller kind: make_device's, the layered and fused ones, so
+// gnmr::cuda::make_default's). Both synchronise.
+inline std::vector<std::uint8_t> save_state(const cuda::DynDeviceController& c) { return c.save(); }
+inline void load_state(cuda::DynDeviceController& c, const void* data, std::size_t size,
+                       const StateLoadOptions& opt = {}) {
+  c.load(data, size, opt);
+}
+inline void load_state(cuda::DynDeviceController& c, const std::vector<std::uint8_t>& blob,
+                       const StateLoadOptions& opt = {}) {
+  c.load(blob.data(), blob.size(), opt);
+}
+
 }  // namespace gnmr

@@ -120,13 +120,14 @@ class LayeredDeviceController final : public DynDeviceController {
   }
 
   using DynDeviceController::load;
-  cudaError_t step(const float* d_partials, cudaStream_t s) override { return run<false>(d_partials, s); }
-  cudaError_t step_norms(const float* d_norms, cudaStream_t s) override { return run<true>(d_norms, s); }
+  // Default streams restated: a default argument binds to the static type.
+  cudaError_t step(const float* d_partials, cudaStream_t s = 0) override { return run<false>(d_partials, s); }
+  cudaError_t step_norms(const float* d_norms, cudaStream_t s = 0) override { return run<true>(d_norms, s); }
 
   const UnitDecision* decisions() const override { return dec_.as<UnitDecision>(); }
   const UnitReport* reports() const override { return rep_.as<UnitReport>(); }
   const StepSummary* summary() const override { return sum_.as<StepSummary>(); }
-  cudaError_t copy_summary_async(StepSummary* host, cudaStream_t s) const override {
+  cudaError_t copy_summary_async(StepSummary* host, cudaStream_t s = 0) const override {
     if (host == nullptr) throw std::invalid_argument("gnmr: LayeredDeviceController::copy_summary_async: null host");
     return cudaMemcpyAsync(host, summary(), sizeof(StepSummary), cudaMemcpyDeviceToHost, s);
   }
@@ -134,9 +135,11 @@ class LayeredDeviceController final : public DynDeviceController {
   std::vector<UnitReport> copy_reports() const override { return download(reports(), n_, kCopy); }
   StepSummary copy_summary() const override { return download(summary(), 1, kCopy)[0]; }
   std::int64_t steps_done() const override { return inner_->steps_done(); }
+  const std::int64_t* steps_done_device() const override { return inner_->steps_done_device(); }
   std::size_t num_units() const override { return n_; }
   std::string name() const override { return name_; }
   std::uint32_t max_in_recovery() const override { return inner_->max_in_recovery(); }
+  Combine partial_combine() const override { return inner_->partial_combine(); }
   void set_unit_numel(const std::uint64_t* numel, std::size_t n) override {
     if (n != n_) throw std::invalid_argument("gnmr: LayeredDeviceController::set_unit_numel: wrong unit count");
     gnmr::detail::layered_set_unit_numel(*outer_, *inner_, global_, numel, n);

@@ -205,13 +205,15 @@ class FusedLayeredDeviceController final : public DynDeviceController {
   }
 
   using DynDeviceController::load;
-  cudaError_t step(const float* d, cudaStream_t s) override {
+  // The default stream is restated (a default argument binds to the static
+  // type: DefaultDeviceController users call ctl->step(d)).
+  cudaError_t step(const float* d, cudaStream_t s = 0) override {
     if (d == nullptr) throw std::invalid_argument("gnmr: FusedLayeredDeviceController::step: null partials");
     if (outer_.needs_unit_numel() || inner_.needs_unit_numel())
       throw std::logic_error("gnmr: " + name_ + ": its norm needs unit sizes: call set_unit_numel() first");
     return run<true>(d, s);
   }
-  cudaError_t step_norms(const float* d, cudaStream_t s) override {
+  cudaError_t step_norms(const float* d, cudaStream_t s = 0) override {
     if (d == nullptr) throw std::invalid_argument("gnmr: FusedLayeredDeviceController::step_norms: null norms");
     return run<false>(d, s);
   }
@@ -219,7 +221,7 @@ class FusedLayeredDeviceController final : public DynDeviceController {
   const UnitDecision* decisions() const override { return dec_.as<UnitDecision>(); }
   const UnitReport* reports() const override { return rep_.as<UnitReport>(); }
   const StepSummary* summary() const override { return sum_.as<StepSummary>(); }
-  cudaError_t copy_summary_async(StepSummary* host, cudaStream_t s) const override {
+  cudaError_t copy_summary_async(StepSummary* host, cudaStream_t s = 0) const override {
     if (host == nullptr)
       throw std::invalid_argument("gnmr: FusedLayeredDeviceController::copy_summary_async: null host");
     return cudaMemcpyAsync(host, summary(), sizeof(StepSummary), cudaMemcpyDeviceToHost, s);
@@ -228,9 +230,12 @@ class FusedLayeredDeviceController final : public DynDeviceController {
   std::vector<UnitReport> copy_reports() const override { return download(reports(), n_, kCopy); }
   StepSummary copy_summary() const override { return download(summary(), 1, kCopy)[0]; }
   std::int64_t steps_done() const override { return inner_.steps_done(); }
+  // The inner's counter: the fused commit advances it with the summary.
+  const std::int64_t* steps_done_device() const override { return inner_.steps_done_device(); }
   std::size_t num_units() const override { return n_; }
   std::string name() const override { return name_; }
   std::uint32_t max_in_recovery() const override { return inner_.policies().budget.slots(); }
+  Combine partial_combine() const override { return PI::NormT::kCombine; }
   void set_unit_numel(const std::uint64_t* numel, std::size_t n) override {
     if (n != n_) throw std::invalid_argument("gnmr: FusedLayeredDeviceController::set_unit_numel: wrong unit count");
     inner_.set_unit_numel(numel, n);

@@ -60,21 +60,25 @@ class DeviceDynAdapter final : public DynDeviceController {
   }
 
   using DynDeviceController::load;
-  cudaError_t step(const float* d, cudaStream_t s) override { return dev_.step(d, s); }
-  cudaError_t step_norms(const float* d, cudaStream_t s) override { return dev_.step_norms(d, s); }
+  // The default stream is restated: a default argument binds to the static
+  // type, and code holding this class itself must be able to omit it.
+  cudaError_t step(const float* d, cudaStream_t s = 0) override { return dev_.step(d, s); }
+  cudaError_t step_norms(const float* d, cudaStream_t s = 0) override { return dev_.step_norms(d, s); }
   const UnitDecision* decisions() const override { return dev_.decisions(); }
   const UnitReport* reports() const override { return dev_.reports(); }
   const StepSummary* summary() const override { return dev_.summary(); }
-  cudaError_t copy_summary_async(StepSummary* h, cudaStream_t s) const override {
+  cudaError_t copy_summary_async(StepSummary* h, cudaStream_t s = 0) const override {
     return dev_.copy_summary_async(h, s);
   }
   std::vector<UnitDecision> copy_decisions() const override { return dev_.copy_decisions(); }
   std::vector<UnitReport> copy_reports() const override { return dev_.copy_reports(); }
   StepSummary copy_summary() const override { return dev_.copy_summary(); }
   std::int64_t steps_done() const override { return dev_.steps_done(); }
+  const std::int64_t* steps_done_device() const override { return dev_.steps_done_device(); }
   std::size_t num_units() const override { return dev_.num_units(); }
   std::string name() const override { return name_; }
   std::uint32_t max_in_recovery() const override { return dev_.policies().budget.slots(); }
+  Combine partial_combine() const override { return N::kCombine; }
   void set_unit_numel(const std::uint64_t* numel, std::size_t n) override { dev_.set_unit_numel(numel, n); }
   void reset() override { dev_.reset(); }
 

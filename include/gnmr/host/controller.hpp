@@ -25,6 +25,8 @@
 
 #include "gnmr/config.hpp"
 #include "gnmr/core/types.hpp"
+#include "gnmr/io/state.hpp"
+#include "gnmr/io/state_id.hpp"
 #include "gnmr/policy/budget.hpp"
 #include "gnmr/policy/mean.hpp"
 #include "gnmr/policy/norm.hpp"
@@ -68,6 +70,21 @@ class GnmrController {
   std::size_t num_units() const { return state_.size(); }
   std::int64_t steps_done() const { return step_; }
   const Policies& policies() const { return p_; }
+  // The members every controller kind shares (DynController's names, so
+  // one piece of code drives a typed, a preset or a layered controller):
+  // the policy names ("l2/ema/gnmr/clip_to_mean/maxo"), the budget's slot
+  // count, how partials combine across ranks (comm/reducer.hpp), and the
+  // state blob (io/state.hpp: save_state / load_state).
+  std::string name() const { return policy_names<Policies>(); }
+  std::uint32_t max_in_recovery() const { return p_.budget.slots(); }
+  static constexpr Combine partial_combine() { return Norm::kCombine; }
+  std::vector<std::uint8_t> save() const { return save_state(*this); }
+  void load(const void* data, std::size_t size, const StateLoadOptions& opt = {}) {
+    load_state(*this, data, size, opt);
+  }
+  void load(const std::vector<std::uint8_t>& blob, const StateLoadOptions& opt = {}) {
+    load_state(*this, blob.data(), blob.size(), opt);
+  }
 
   // Element count per unit; RmsNorm needs it (others ignore it).
   void set_unit_numel(const std::uint64_t* numel, std::size_t n) {

@@ -18,6 +18,7 @@
 
 #include "gnmr/core/types.hpp"
 #include "gnmr/io/state.hpp"
+#include "gnmr/policy/norm.hpp"
 
 namespace gnmr {
 
@@ -49,6 +50,10 @@ class DynController {
   // The budget's slot count: how many units may be in recovery at once
   // (0xffffffff for an unlimited budget).
   virtual std::uint32_t max_in_recovery() const = 0;
+  // How this controller's partials combine across ranks: Combine::kSum for
+  // sums of squares (L2, RMS), kMax for Linf's max (reduce_and_step and
+  // ReducedController read it, gnmr/comm/reducer.hpp).
+  virtual Combine partial_combine() const = 0;
 
   // Versioned state blob (gnmr/io/state.hpp). load() throws gnmr::StateError
   // on a truncated, corrupted or mismatched blob and then changes nothing.
@@ -95,6 +100,7 @@ class DynAdapter final : public DynController {
   std::int64_t steps_done() const override { return c_.steps_done(); }
   std::string name() const override { return name_; }
   std::uint32_t max_in_recovery() const override { return c_.policies().budget.slots(); }
+  Combine partial_combine() const override { return C::Policies::NormT::kCombine; }
   std::vector<std::uint8_t> save() const override { return save_state(c_); }
   void load(const void* data, std::size_t size, const StateLoadOptions& opt) override {
     load_state(c_, data, size, opt);
@@ -112,6 +118,19 @@ class DynAdapter final : public DynController {
   C c_;
   std::string name_;
 };
+
+// gnmr::save_state / load_state on any DynController (make_default's,
+// presets::make's, a LayeredController): its own save() / load(), so the
+// typed controllers' free functions take every controller kind.
+inline std::vector<std::uint8_t> save_state(const DynController& controller) { return controller.save(); }
+inline void load_state(DynController& controller, const void* data, std::size_t size,
+                       const StateLoadOptions& opt = {}) {
+  controller.load(data, size, opt);
+}
+inline void load_state(DynController& controller, const std::vector<std::uint8_t>& blob,
+                       const StateLoadOptions& opt = {}) {
+  controller.load(blob.data(), blob.size(), opt);
+}
 
 template <class C>
 std::unique_ptr<DynController> make_dyn(C controller, std::string name = {}) {

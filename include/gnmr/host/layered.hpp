@@ -105,6 +105,12 @@ bool layered_setup(const C* outer, const C* inner, ScaleCombine combine, std::st
                                 " units; it must have 1 (global) or the inner's " + std::to_string(n));
   if (static_cast<std::uint32_t>(combine) > 1u)
     throw std::invalid_argument(std::string("gnmr: ") + who + ": combine must be product or min");
+  // A per-unit outer reads the inner's raw partials: both must combine them
+  // across ranks alike (a global outer is fed the finished global norm).
+  if (outer->num_units() == n && outer->partial_combine() != inner->partial_combine())
+    throw std::invalid_argument(std::string("gnmr: ") + who +
+                                ": the outer and inner rules combine partials differently (sum and max): give "
+                                "them the same norm");
   if (name.empty()) name = outer->name() + "+" + inner->name();
   return outer->num_units() == 1 && n != 1;
 }
@@ -169,6 +175,9 @@ class LayeredController final : public DynController {
   std::int64_t steps_done() const override { return inner_->steps_done(); }
   std::string name() const override { return name_; }
   std::uint32_t max_in_recovery() const override { return inner_->max_in_recovery(); }
+  // Both rules read the same raw partials: the inner's combine (the
+  // constructor checks that the outer's agrees).
+  Combine partial_combine() const override { return inner_->partial_combine(); }
   ScaleCombine combine_rule() const { return combine_; }
   bool outer_is_global() const { return global_; }
 

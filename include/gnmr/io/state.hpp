@@ -294,14 +294,23 @@ GlobalState check_state_for(const PS& p, std::uint64_t num_units, std::size_t un
 
 }  // namespace detail
 
+namespace detail {
+// The typed controllers (a UnitState type and policies()): what the
+// templates below read and write. A DynController (host/dyn_controller.hpp)
+// and a DynDeviceController (cuda/dyn_controller.cuh) have overloads of
+// their own, which these step aside for.
 template <class C>
+using host_states_t = decltype(std::declval<typename C::UnitState>(), std::declval<const C&>().policies());
+}  // namespace detail
+
+template <class C, class = detail::host_states_t<C>>
 std::vector<std::uint8_t> save_state(const C& controller) {
   const auto& st = controller.unit_states();
   return detail::write_state_blob(controller.policies(), st.data(), st.size(), controller.steps_done(),
                                   controller.global_state());
 }
 
-template <class C>
+template <class C, class = detail::host_states_t<C>>
 void load_state(C& controller, const void* data, std::size_t size, const StateLoadOptions& opt = {}) {
   using UnitState = typename C::UnitState;
   static_assert(std::is_trivially_copyable<UnitState>::value,
@@ -319,7 +328,7 @@ void load_state(C& controller, const void* data, std::size_t size, const StateLo
   controller.restore(std::move(tmp), s.steps_done, g);
 }
 
-template <class C>
+template <class C, class = detail::host_states_t<C>>
 void load_state(C& controller, const std::vector<std::uint8_t>& blob, const StateLoadOptions& opt = {}) {
   load_state(controller, blob.data(), blob.size(), opt);
 }

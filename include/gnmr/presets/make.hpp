@@ -54,7 +54,7 @@ inline std::unique_ptr<DynController> make(const std::string& name, std::size_t 
 // "Determinism"); the same partials give the same decisions on every run,
 // rank and backend.
 inline std::unique_ptr<DynController> make_default(std::size_t num_units, const presets::Options& o = {}) {
-  return presets::make(presets::kDefaultPreset, num_units, o);
+  return presets::make("default", num_units, o);  // named "default", as gnmr::cuda::make_default's
 }
 
 }  // namespace gnmr

@@ -149,6 +149,7 @@ inline std::string options_text(const gnmr::presets::Options& o) {
   if (o.systemic_kappa) put("systemic_kappa", *o.systemic_kappa);
   if (o.systemic_beta) put("systemic_beta", *o.systemic_beta);
   if (o.systemic_max_grants) put("systemic_max_grants", *o.systemic_max_grants);
+  if (o.deny_action) put("deny_action", *o.deny_action);
   if (o.deny_kappa) put("deny_kappa", *o.deny_kappa);
   if (o.rate) put("rate", *o.rate);
   if (o.floor) put("floor", *o.floor);

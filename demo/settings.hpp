@@ -158,6 +158,7 @@ inline void parse_gnmr_set(gnmr::presets::Options& o, const std::string& text) {
     else if (k == "systemic_kappa") o.systemic_kappa = static_cast<float>(to_double(f, v));
     else if (k == "systemic_beta") o.systemic_beta = static_cast<float>(to_double(f, v));
     else if (k == "systemic_max_grants") o.systemic_max_grants = to_long(f, v, 0, 1000000);
+    else if (k == "deny_action") o.deny_action = v;
     else if (k == "deny_kappa") o.deny_kappa = static_cast<float>(to_double(f, v));
     else if (k == "rate") o.rate = static_cast<float>(to_double(f, v));
     else if (k == "floor") o.floor = static_cast<float>(to_double(f, v));
@@ -261,6 +262,7 @@ inline void merge_arm(RunConfig& c, const ArmDef& a) {
   if (given.systemic_kappa) o.systemic_kappa = given.systemic_kappa;
   if (given.systemic_beta) o.systemic_beta = given.systemic_beta;
   if (given.systemic_max_grants) o.systemic_max_grants = given.systemic_max_grants;
+  if (given.deny_action) o.deny_action = given.deny_action;
   if (given.deny_kappa) o.deny_kappa = given.deny_kappa;
   if (given.rate) o.rate = given.rate;
   if (given.floor) o.floor = given.floor;

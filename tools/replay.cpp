@@ -77,7 +77,7 @@ gnmr::presets::Options applicable(const gnmr::presets::Options& o, const std::st
   GNMR_KEEP(max_norm) GNMR_KEEP(z) GNMR_KEEP(clip_factor) GNMR_KEEP(mean) GNMR_KEEP(restart_every)
   GNMR_KEEP(systemic_action) GNMR_KEEP_SYS(systemic_share) GNMR_KEEP_SYS(systemic_maxo)
   GNMR_KEEP_SYS(systemic_kappa) GNMR_KEEP_SYS(systemic_beta) GNMR_KEEP_SYS(systemic_max_grants)
-  GNMR_KEEP(deny_kappa)
+  GNMR_KEEP(deny_action) GNMR_KEEP(deny_kappa)
   GNMR_KEEP(rate) GNMR_KEEP(floor) GNMR_KEEP(ceiling)
 #undef GNMR_KEEP
 #undef GNMR_KEEP_SYS

@@ -85,6 +85,8 @@ step; nan/inf/-inf cells are valid) and reports what they did.
   --floor X        smallest jump (a factor) that fires  (default 2)
   --ceiling X      a ratio above X fires always, from step 2 (default 16; inf: none)
  Denied units (gnmr presets; docs/algorithm.md, "Denied units"):
+  --deny-action A  what a denied (or held) unit gets: none | clip | clip-target
+                   (gnmr: clip; gnmr-calibrated and default: clip-target; others: none)
   --deny-kappa X   clip a denied unit to X * mean without a slot (gnmr: 1; others: off)
   --max-norm X     clip, zclip: the fixed norm limit
   --z X            zclip, skip-step: the z-score threshold
@@ -203,6 +205,11 @@ inline bool apply(Options& o, const std::string& key, const std::string& v) {
     p.systemic_beta = to_float(k, v);
   } else if (k == "systemic-max-grants") {
     p.systemic_max_grants = to_int(k, v);
+  } else if (k == "deny-action") {
+    gnmr::DeniedAction a;
+    if (!gnmr::parse_denied_action(v, a))
+      throw UsageError("deny-action: '" + v + "' is not one of none, clip, clip-target");
+    p.deny_action = v;
   } else if (k == "deny-kappa") {
     p.deny_kappa = to_float(k, v);
   } else if (k == "rate") {

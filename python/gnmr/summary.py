@@ -33,6 +33,7 @@ class Flag(enum.IntFlag):
     WARMUP = _F["WARMUP"]  #: too few samples for a verdict
     ZERO_NORM = _F["ZERO_NORM"]  #: no gradient this step (norm exactly 0)
     SYSTEMIC = _F["SYSTEMIC"]  #: the systemic action applied to the unit this step
+    RESTART = _F["RESTART"]  #: the unit's statistics started afresh (its history was an outlier)
 
 
 class Decisions(NamedTuple):

@@ -15,6 +15,7 @@
 #include "gnmr/host/layered.hpp"
 #include "gnmr/presets/make.hpp"
 #include "harness.cuh"
+#include "../support/guard_probes.hpp"
 #include "../support/summary_eq.hpp"
 #include "../support/trace_gen.hpp"
 
@@ -175,6 +176,40 @@ void early_spike(const std::string& name) {
   std::printf("  %s: a x1000 spike at every step 2..26 triggered and granted, host == device\n", name.c_str());
 }
 
+// The probes of tests/support/guard_probes.hpp (a unit the one-grant cap
+// denies, a held step, two units spiking for 60 steps, a spike at step 1
+// then at step 10): host and device decide alike, and on the device every
+// triggered unit leaves each step bounded (the host test checks the same
+// rows: tests/unit/test_guard_bounds.cpp).
+void guard_probes(const std::string& name) {
+  std::size_t bad = 0, unbounded = 0;
+  for (const probes::Kind k : {probes::Kind::kCapDenied, probes::Kind::kHeld, probes::Kind::kSpikingPair,
+                               probes::Kind::kFirstStep}) {
+    const probes::Shape sh = probes::shape(k);
+    auto host = gnmr::presets::make(name, sh.units);
+    auto dev = gnmr::cuda::make_device(name, sh.units);
+    Dev<float> d_in(sh.units);
+    for (int s = 1; s <= sh.steps; ++s) {
+      std::vector<float> in = probes::row(k, s);
+      d_in.upload(in);
+      CK(dev->step_norms(d_in.p));  // the default stream, omitted
+      host->step_norms(in.data(), in.size());
+      CK(cudaDeviceSynchronize());
+      bad += diff_step(*host, *dev);
+      const std::vector<gnmr::UnitReport> rep = dev->copy_reports();
+      unbounded += probes::unbounded(rep.data(), rep.size());
+    }
+    if (k == probes::Kind::kFirstStep) {  // the second spike, caught and clipped to the calm scale
+      const gnmr::UnitDecision d = dev->copy_decisions()[0];
+      EXPECT((d.flags & gnmr::kTriggered) && (d.flags & gnmr::kGranted) && d.scale * 1000.0f < 1.2f,
+             "%s: the step-10 spike after a step-1 spike: flags %#x scale %g", name.c_str(), d.flags, d.scale);
+    }
+  }
+  EXPECT(bad == 0, "%s: %zu host/device differences on the guard probes", name.c_str(), bad);
+  EXPECT(unbounded == 0, "%s: %zu triggered unit-steps left unbounded on the device", name.c_str(), unbounded);
+  std::printf("  %s: guard probes bounded on the device, host == device\n", name.c_str());
+}
+
 }  // namespace
 
 // The default preset is fused (layered_fused.cuh): against the host at 274
@@ -218,6 +253,8 @@ void test_presets_on_device() {
   for (const std::string& name : gnmr::presets::names()) run_preset(name);
   early_spike("gnmr-calibrated");
   early_spike("default");
+  guard_probes("gnmr-calibrated");
+  guard_probes("default");
   // Layered controllers (gnmr/cuda/layered.cuh): per-unit and global outer
   // rules (257 units: the global norm's tree has two blocks), the state
   // container crossing backends as above.

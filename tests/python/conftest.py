@@ -180,7 +180,7 @@ REPLAY_FLAGS = {"tau": "--tau", "delta": "--delta", "warmup": "--warmup", "windo
                 "systemic_share": "--systemic-share", "systemic_maxo": "--systemic-maxo",
                 "systemic_kappa": "--systemic-kappa", "systemic_beta": "--systemic-beta",
                 "systemic_max_grants": "--systemic-max-grants",
-                "deny_kappa": "--deny-kappa", "restart_every": "--restart-every",
+                "deny_action": "--deny-action", "deny_kappa": "--deny-kappa", "restart_every": "--restart-every",
                 "rate": "--rate", "floor": "--floor", "ceiling": "--ceiling"}
 
 

@@ -69,6 +69,10 @@ void set_option(gnmr::presets::Options& o, const std::string& kv) {
     o.systemic_action = v;
     return;
   }
+  if (k == "deny_action") {
+    o.deny_action = v;
+    return;
+  }
 #undef GNMR_REF_F
 #undef GNMR_REF_I
   if (k == "mean") {

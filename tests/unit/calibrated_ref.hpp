@@ -31,6 +31,8 @@ struct Stat {  // location and mean absolute deviation, bias-corrected EMAs
 struct Verdict {
   bool defined = false;    // r defined (k >= 1) and a finite, nonzero norm
   bool triggered = false;
+  bool restarted = false;  // the history restarted at this sample (no verdict)
+  double restart_margin = INFINITY;  // distance (log2) of x to the restart bound -log2(ceiling)
   double margin = INFINITY;  // distance (log2) of the closest rule to its threshold
   double x = 0, j = 0, risk = 0, target = 0;
 };
@@ -44,6 +46,22 @@ class Unit {
     Verdict v;
     if (!std::isfinite(n) || n == 0.0) return v;  // never given to the trigger or the mean
     const double mu = k_ ? m_ / (1 - std::pow(p_.mean_beta, k_)) : 0.0;
+    // While calibrating, a ratio below 1 / ceiling says the history is the
+    // outlier: everything restarts and this sample is the first.
+    if (k_ >= 1 && level_.k < p_.warmup && std::isfinite(p_.ceiling)) {
+      const double r = n / std::max(mu, 1e-12);
+      const double x = std::log2(std::min(std::max(r, 1.17549435e-38), 3.40282347e+38));
+      v.restart_margin = std::fabs(x + std::log2(p_.ceiling));
+      if (x < -std::log2(p_.ceiling)) {
+        v.restarted = true;
+        level_ = Stat{};
+        jump_ = Stat{};
+        ring_.clear();
+        m_ = (1 - p_.mean_beta) * n;
+        k_ = 1;
+        return v;
+      }
+    }
     if (k_ >= 1) {
       v.defined = true;
       const double r = n / std::max(mu, 1e-12);

@@ -3,7 +3,8 @@
 // products, a stored ring position; 80 bytes at Cap 8), kept verbatim as a
 // test reference: the layout of gnmr/policy/trigger_calibrated.hpp (44
 // bytes at Cap 4) must decide and report bit for bit as this one did
-// (test_calibrated.cpp). Only the names changed (namespace v1, the struct's).
+// (test_calibrated.cpp). Only the names changed (namespace v1, the struct's),
+// and the history restart (restarts()) was added when the rule was.
 #pragma once
 
 #include <cstddef>
@@ -70,6 +71,13 @@ struct CalibratedTriggerV1 {
   GNMR_HOST_DEVICE float log_ceiling() const { return ceiling < inf_f() ? math::log2(ceiling) : inf_f(); }
   // While the level statistic calibrates, only the ceiling judges.
   GNMR_HOST_DEVICE bool calibrating(const State& s) const { return s.level.k < warmup; }
+  // Added with the rule (2026-11-28), so that this layout still decides as
+  // today's: the history restarts on a ratio below 1 / ceiling while
+  // calibrating (gnmr/policy/trigger_calibrated.hpp).
+  GNMR_HOST_DEVICE bool restarts(const State& s, float ratio) const {
+    if (!calibrating(s) || !(ceiling < inf_f())) return false;
+    return math::log2(ratio) < -log_ceiling();
+  }
 
   GNMR_HOST_DEVICE float level_of(const UnitView& v) const { return math::log2(v.ratio); }
   GNMR_HOST_DEVICE float history_mean(const State& s) const {

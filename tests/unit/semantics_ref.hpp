@@ -34,6 +34,19 @@ struct Cfg {
   std::size_t units;
   int steps;
   bool zero_is_sample = false;  // ControllerOptions: is n = 0 a sample?
+  // The systemic action hold, the per-step cap and the denied-unit rule
+  // (docs/algorithm.md, "Systemic steps" and "Denied units"): with hold on,
+  // a step where more than C = clamp(floor(share N), min_count, N) units
+  // trigger grants nothing (its unserved units are SYSTEMIC, not DENIED),
+  // and any other step at most max_grants (0: no cap); deny: 0 none, 1 clip
+  // to deny_kappa * mu, 2 clip to the trigger's target tau * mu, applied to
+  // denied units and to a held step's unserved ones.
+  bool hold = false;
+  double share = 0.5;
+  std::uint32_t min_count = 0;
+  std::uint32_t max_grants = 0;
+  int deny = 0;
+  double deny_kappa = 1.0;
 };
 
 inline std::string describe(const Cfg& c) {
@@ -42,7 +55,9 @@ inline std::string describe(const Cfg& c) {
      << " beta=" << c.beta << " W=" << c.mean_window << " tau=" << c.tau << " delta=" << c.delta
      << " warmup=" << c.warmup << " w=" << c.w << " maxO=" << c.max_o << " lock=" << c.lock
      << " cooldown=" << c.cooldown << " kappa=" << c.kappa << " N=" << c.units
-     << " zero_is_sample=" << c.zero_is_sample;
+     << " zero_is_sample=" << c.zero_is_sample << " hold=" << c.hold << " share=" << c.share
+     << " min_count=" << c.min_count << " max_grants=" << c.max_grants << " deny=" << c.deny
+     << " deny_kappa=" << c.deny_kappa;
   return os.str();
 }
 
@@ -64,7 +79,7 @@ struct RefOut {
 
 struct RefSummary {
   std::uint32_t triggered = 0, granted = 0, in_recovery = 0, denied = 0, nonfinite = 0,
-                released = 0;
+                released = 0, systemic = 0;
   double max_ratio = 0;
   int max_unit = -1;
 };
@@ -168,38 +183,57 @@ class Ref {
     return false;
   }
 
+  // C of the hold rule, from its definition (double, a decimal share meaning
+  // what it says: within 1e-9 of an integer is that integer).
+  std::size_t hold_threshold(std::size_t n) const {
+    const double x = c_.share * static_cast<double>(n);
+    const double r = std::round(x);
+    double cc = std::fabs(x - r) <= 1e-9 * std::max(1.0, std::fabs(x)) ? r : std::floor(x);
+    cc = std::max(cc, static_cast<double>(c_.min_count));
+    return static_cast<std::size_t>(std::min(cc, static_cast<double>(n)));
+  }
+
   RefSummary step(const std::vector<float>& norms) {
     const std::int64_t t = ++t_;
     const std::size_t n = norms.size();
     out_.assign(n, RefOut{});
-    std::size_t held = 0;
+    std::size_t held = 0, triggered = 0;
     std::vector<std::size_t> cand;
     for (std::size_t i = 0; i < n; ++i) {
       out_[i] = evaluate(i, norms[i], t);
       held += (out_[i].flags & gnmr::kInRecovery) ? 1 : 0;
+      triggered += out_[i].triggered ? 1 : 0;
       if (candidate(out_[i])) cand.push_back(i);
     }
+    const bool held_step = c_.hold && triggered > hold_threshold(n);
     // Free slots to the highest risk, ties to the lower index.
     std::sort(cand.begin(), cand.end(), [&](std::size_t a, std::size_t b) {
       if (out_[a].risk != out_[b].risk) return out_[a].risk > out_[b].risk;
       return a < b;
     });
-    const std::size_t free_slots =
-        held >= static_cast<std::size_t>(c_.max_o) ? 0 : c_.max_o - held;
+    std::size_t free_slots = held >= static_cast<std::size_t>(c_.max_o) ? 0 : c_.max_o - held;
+    if (held_step) free_slots = 0;
+    if (c_.hold && c_.max_grants > 0) free_slots = std::min<std::size_t>(free_slots, c_.max_grants);
     for (std::size_t j = 0; j < cand.size() && j < free_slots; ++j) {
       out_[cand[j]].flags |= gnmr::kGranted | gnmr::kInRecovery;
       u_[cand[j]].granted_at = t;
     }
     RefSummary s;
+    s.systemic = held_step ? 4u : 0u;
     for (std::size_t i = 0; i < n; ++i) {
       RefOut& o = out_[i];
       RefUnit& u = u_[i];
-      if (o.triggered && !(o.flags & gnmr::kInRecovery)) o.flags |= gnmr::kDenied;
+      const bool unserved = o.triggered && !(o.flags & gnmr::kInRecovery);
+      if (unserved) o.flags |= held_step ? gnmr::kSystemic : gnmr::kDenied;
       const bool in_rec = (o.flags & gnmr::kInRecovery) != 0;
       o.lock_left = in_rec ? static_cast<int>(u.granted_at + c_.lock - t) : 0;
       if (o.finite) {
         const double x = norms[i];
         if (in_rec) o.scale = x > 0 ? std::min(1.0, c_.kappa * o.mean / x) : 1.0;
+        if (unserved && c_.deny != 0 && x > 0) {
+          const double level = c_.deny == 1 ? c_.deny_kappa * o.mean : c_.tau * o.mean;
+          o.scale = std::min(o.scale, std::min(1.0, level / x));
+        }
         if (o.defined) {
           u.ratios.push_back(o.ratio);
           if (static_cast<int>(u.ratios.size()) > c_.w) u.ratios.pop_front();

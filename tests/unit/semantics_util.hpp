@@ -93,7 +93,7 @@ inline std::string flag_names(std::uint32_t f) {
                 {gnmr::kSkip, "SKIP"},             {gnmr::kResetMoments, "RESET_MOMENTS"},
                 {gnmr::kPromote, "PROMOTE"},       {gnmr::kReleased, "RELEASED"},
                 {gnmr::kWarmup, "WARMUP"},         {gnmr::kZeroNorm, "ZERO_NORM"},
-                {gnmr::kSystemic, "SYSTEMIC"}};
+                {gnmr::kSystemic, "SYSTEMIC"},     {gnmr::kRestart, "RESTART"}};
   std::string s;
   for (const auto& n : kNames)
     if (f & n.bit) {

@@ -129,13 +129,17 @@ TEST_CASE("gnmr-calibrated's verdicts match the double-precision reference", "[c
     const std::size_t units = 24;
     auto ctl = presets::make("gnmr-calibrated", units, o);
     std::vector<calref::Unit> ref(units, calref::Unit(ref_params(o)));
-    std::size_t compared = 0, fired = 0, ties = 0;
+    std::size_t compared = 0, fired = 0, ties = 0, restarts = 0;
     for (const auto& row : noisy_rows(11, units, 3000)) {
       ctl->step_norms(row);
       for (std::size_t u = 0; u < units; ++u) {
         const calref::Verdict v = ref[u].step(static_cast<double>(row[u]));
         const auto& rep = ctl->reports()[u];
         const bool trig = (rep.flags & gnmr::kTriggered) != 0;
+        // A restart at the rounding level would part the two for good.
+        REQUIRE(v.restart_margin > 1e-4);
+        REQUIRE(((rep.flags & gnmr::kRestart) != 0) == v.restarted);
+        restarts += v.restarted ? 1 : 0;
         if (!v.defined) {
           REQUIRE_FALSE(trig);
           continue;
@@ -152,6 +156,7 @@ TEST_CASE("gnmr-calibrated's verdicts match the double-precision reference", "[c
         if (std::isfinite(v.margin)) CHECK(std::fabs(rep.risk - v.risk) <= 1e-3 * (1.0 + v.risk));
       }
     }
+    INFO("restarts " << restarts);
     CHECK(compared > 60000);
     CHECK(ties < 20);
     CHECK(fired > 100);  // the comparison covers both verdicts
@@ -417,6 +422,7 @@ TEST_CASE("the compact calibrated state decides bit for bit as the first layout"
     auto now = presets::gnmr_calibrated(units, t);
     ControllerOptions opt;
     opt.systemic = presets::calibrated_systemic_rule();
+    opt.denied = presets::calibrated_denied_rule();
     V1 old(units, {}, {}, t1, presets::ClipAndPromote{}, {}, opt);
     std::size_t fired = 0;
     for (const auto& row : noisy_rows(13 + static_cast<std::uint64_t>(setting), units, 3000)) {

@@ -77,6 +77,14 @@ template <class MeanPolicy>
 void run_against_reference(const Cfg& cfg, MeanPolicy mean, std::uint64_t seed) {
   gnmr::ControllerOptions opt;
   opt.zero_is_sample = cfg.zero_is_sample;
+  if (cfg.hold) {
+    opt.systemic.action = gnmr::SystemicAction::kHold;
+    opt.systemic.share = cfg.share;
+    opt.systemic.min_count = cfg.min_count;
+    opt.systemic.max_grants = cfg.max_grants;
+  }
+  opt.denied.action = static_cast<gnmr::DeniedAction>(cfg.deny);
+  opt.denied.kappa = static_cast<float>(cfg.deny_kappa);
   gnmr::GnmrController<gnmr::L2Norm, MeanPolicy> c(
       cfg.units, {}, mean,
       trig(static_cast<float>(cfg.tau), static_cast<float>(cfg.delta), cfg.warmup, cfg.w),
@@ -108,6 +116,7 @@ void run_against_reference(const Cfg& cfg, MeanPolicy mean, std::uint64_t seed) 
     REQUIRE(close(got.max_ratio, want.max_ratio, std::fabs(want.max_ratio)));
     REQUIRE(got.in_recovery <= static_cast<std::uint32_t>(cfg.max_o));
     REQUIRE(got.skip_step == 0u);
+    REQUIRE(got.systemic == want.systemic);
     for (std::size_t i = 0; i < cfg.units; ++i) {
       const gnmr::UnitReport& r = c.reports()[i];
       const gnmr::UnitDecision& d = c.decisions()[i];
@@ -163,6 +172,19 @@ Cfg random_cfg(Rng& r, MeanKind kind) {
   return c;
 }
 
+// Hold, the per-step cap and the denied-unit rule, from a generator of
+// their own (the configurations above keep their draws).
+void draw_rules(Rng& r, Cfg& c) {
+  const double shares[] = {0.1, 0.25, 0.5};
+  const double kappas[] = {0.5, 1.0, 2.0};
+  c.hold = r.pick(0, 1) == 1;
+  c.share = shares[r.pick(0, 2)];
+  c.min_count = static_cast<std::uint32_t>(r.pick(0, 2));
+  c.max_grants = static_cast<std::uint32_t>(r.pick(0, 2));
+  c.deny = r.pick(0, 2);
+  c.deny_kappa = static_cast<double>(static_cast<float>(kappas[r.pick(0, 2)]));
+}
+
 }  // namespace
 
 TEST_CASE("controller matches a double-precision reference model: EMA mean",
@@ -190,6 +212,24 @@ TEST_CASE("controller matches a double-precision reference model: window mean",
     wm.window = cfg.mean_window;
     run_against_reference(cfg, wm, 3000 + k);
   }
+}
+
+TEST_CASE("controller matches the model with hold, the per-step cap and the denied-unit rule",
+          "[semantics][reference]") {
+  // The EMA configurations of the first case, each with rules drawn on top
+  // (hold at a share, min_count, max_grants, a denied clip to kappa * mu or
+  // to the trigger's target), more units for contention.
+  Rng r{0x5eed0001}, rules{0x5eed0005};
+  std::size_t held = 0;
+  for (int k = 0; k < 24; ++k) {
+    Cfg cfg = random_cfg(r, MeanKind::kEma);
+    draw_rules(rules, cfg);
+    cfg.units = std::max<std::size_t>(cfg.units, 7);
+    if (k % 3 == 0) cfg.hold = true;
+    held += cfg.hold;
+    run_against_reference(cfg, ema(static_cast<float>(cfg.beta)), 5000 + k);
+  }
+  CHECK(held >= 8);
 }
 
 TEST_CASE("controller matches the model on the default hyperparameters", "[semantics][reference]") {

@@ -27,6 +27,8 @@ enum Flag : std::uint32_t {
   kWarmup = 1u << 10,       // too few accepted samples for a verdict
   kZeroNorm = 1u << 11,     // n = 0 exactly: no gradient, not a sample (see ControllerOptions)
   kSystemic = 1u << 12,     // the systemic action applied to this unit this step (gnmr/step/systemic.hpp)
+  kRestart = 1u << 13,      // the unit's statistics started afresh this step: their history was an
+                            // outlier (a trigger's restarts(), e.g. a spike at the very first step)
 };
 
 // Compact decision: what an optimizer needs, in one 8-byte load.

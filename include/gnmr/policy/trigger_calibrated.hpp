@@ -26,13 +26,19 @@
 // log2(floor)): the floor keeps a calm unit (s near 0) from firing on a
 // small relative change, whatever its statistics say.
 //
-// The ceiling guards from the first step: a ratio above `ceiling` fires
-// whatever the statistics say (the level's threshold is never above
-// log2(ceiling)), and while the level statistic calibrates (its first
-// `warmup` samples) it is the only rule, so a spike at step 2 is caught.
-// A sample the ceiling fires on while calibrating is kept out of the
-// trigger's own statistics (it is not the unit's calm behaviour); the mean
-// is fed min(n, floor * mu), GNMR's clamp.
+// The ceiling guards from the second step (the first has nothing to be
+// judged against): a ratio above `ceiling` fires whatever the statistics
+// say (the level's threshold is never above log2(ceiling)), and while the
+// level statistic calibrates (its first `warmup` samples) it is the only
+// rule, so a spike at step 2 is caught. A sample the ceiling fires on while
+// calibrating is kept out of the trigger's own statistics (it is not the
+// unit's calm behaviour); the mean is fed min(n, floor * mu), GNMR's clamp.
+// The same bound read the other way guards the start of the history: while
+// calibrating, a ratio below 1 / ceiling says the unit's mean is an outlier
+// (a spike at the very first step, which nothing could judge, became it),
+// and restarts() has the controller start the unit's mean and this
+// trigger's statistics afresh from that sample (kRestart), so a spike at
+// step 1 does not blind the trigger to the next one.
 //
 // Same rules as every policy: fixed-size State, GNMR_HOST_DEVICE, the same
 // bits on host and device (the logs are gnmr/core/log2.hpp's, built from
@@ -114,6 +120,13 @@ struct CalibratedTriggerT {
   GNMR_HOST_DEVICE float log_ceiling() const { return ceiling < inf_f() ? math::log2(ceiling) : inf_f(); }
   // While the level statistic calibrates, only the ceiling judges.
   GNMR_HOST_DEVICE bool calibrating(const State& s) const { return s.k < warmup; }
+  // The history is the outlier (gnmr/step/step.hpp, history_restarts): while
+  // calibrating, a ratio below 1 / ceiling, read in the log domain as the
+  // ceiling is (x < -log2(ceiling)). No ceiling (+inf): never.
+  GNMR_HOST_DEVICE bool restarts(const State& s, float ratio) const {
+    if (!calibrating(s) || !(ceiling < inf_f())) return false;
+    return math::log2(ratio) < -log_ceiling();
+  }
 
   GNMR_HOST_DEVICE float level_of(const UnitView& v) const { return math::log2(v.ratio); }
   GNMR_HOST_DEVICE float history_mean(const State& s) const {

@@ -51,8 +51,12 @@ struct Options {
   std::optional<float> systemic_kappa;   // clip level of the systemic action
   std::optional<float> systemic_beta;    // EMA decay of the total norm's mean (global-clip)
   std::optional<std::int64_t> systemic_max_grants;  // at most this many grants a step (0: no cap)
-  // The denied-unit rule, gnmr*: a denied unit is clipped to deny_kappa * mu
-  // without a slot (off when not given).
+  // The denied-unit rule, gnmr*: what a denied (or, under hold, held) unit
+  // gets: "none" | "clip" (to deny_kappa * mu) | "clip-target" (to the
+  // trigger's target). deny_kappa alone sets the clip level and the action
+  // "clip". Off in gnmr-clip, -promote, -ladder, -systemic; "clip" in gnmr;
+  // "clip-target" in gnmr-calibrated.
+  std::optional<std::string> deny_action;
   std::optional<float> deny_kappa;
   // gnmr-calibrated (CalibratedTrigger): the target false-alarm rate per
   // unit-step, the smallest jump (a factor) that may fire, and the ratio
@@ -85,12 +89,12 @@ inline const std::vector<PresetInfo>& preset_table() {
       "tau",      "delta", "warmup",          "window",         "delta_window",   "beta",
       "max_o",    "lock",  "cooldown",        "kappa",          "mean",           "systemic_action",
       "systemic_share",    "systemic_maxo",   "systemic_kappa", "systemic_beta",  "systemic_max_grants",
-      "deny_kappa"};
+      "deny_action",       "deny_kappa"};
   static const std::vector<std::string> calibrated_knobs = {
       "rate",           "floor",          "ceiling",        "warmup",         "delta_window",   "beta",
       "max_o",          "lock",           "cooldown",       "kappa",          "systemic_action",
       "systemic_share", "systemic_maxo",  "systemic_kappa", "systemic_beta",  "systemic_max_grants",
-      "deny_kappa"};
+      "deny_action",    "deny_kappa"};
   static const std::vector<PresetInfo> t = {
       {"none", false, {}},
       {"clip", true, {"max_norm"}},
@@ -138,6 +142,7 @@ inline std::vector<std::string> options_given(const Options& o) {
   if (o.systemic_kappa) g.push_back("systemic_kappa");
   if (o.systemic_beta) g.push_back("systemic_beta");
   if (o.systemic_max_grants) g.push_back("systemic_max_grants");
+  if (o.deny_action) g.push_back("deny_action");
   if (o.deny_kappa) g.push_back("deny_kappa");
   if (o.rate) g.push_back("rate");
   if (o.floor) g.push_back("floor");
@@ -205,6 +210,12 @@ inline ControllerOptions gnmr_options(const Options& o, SystemicRule systemic, D
     c.denied.action = DeniedAction::kClip;
     c.denied.kappa = *o.deny_kappa;
   }
+  if (o.deny_action && !parse_denied_action(*o.deny_action, c.denied.action))
+    throw std::invalid_argument("gnmr: override 'deny_action' must be one of none, clip, clip-target; got '" +
+                                *o.deny_action + "'");
+  if (o.deny_kappa && c.denied.action != DeniedAction::kClip)
+    throw std::invalid_argument("gnmr: override 'deny_kappa' is the level of deny_action=clip; got deny_action=" +
+                                std::string(denied_action_name(c.denied.action)));
   return c;
 }
 

@@ -125,7 +125,7 @@ auto with_preset(const std::string& name, std::size_t num_units, const Options& 
     if (o.max_o) b.max_o = detail::i32("max_o", *o.max_o);
     if (o.lock) b.lock = detail::i32("lock", *o.lock);
     if (o.cooldown) b.cooldown = detail::i32("cooldown", *o.cooldown);
-    return f(GnmrCalibrated(num_units, {}, m, t, r, b, detail::gnmr_options(o, calibrated_systemic_rule())));
+    return f(GnmrCalibrated(num_units, {}, m, t, r, b, detail::gnmr_options(o, calibrated_systemic_rule(), calibrated_denied_rule())));
   }
   if (name == "gnmr" || name == "gnmr-promote") {
     ClipAndPromote r;

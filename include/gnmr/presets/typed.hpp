@@ -97,8 +97,8 @@ inline DeniedRule gnmr_denied_rule() { return DeniedRule{DeniedAction::kClip, 1.
 // development seeds, docs/record/stability-verdict.md). On any other step at
 // most one slot is granted: two or three units triggering together (q and k
 // of one layer, gate and up) are one event, promoted once; the others are
-// denied units (nothing here; the default's outer rule bounds them). Chosen
-// on development seeds (the same page, "Coupled triggers").
+// denied units, bounded by calibrated_denied_rule(). Chosen on development
+// seeds (the same page, "Coupled triggers").
 inline SystemicRule calibrated_systemic_rule() {
   SystemicRule r;
   r.action = SystemicAction::kHold;
@@ -107,6 +107,13 @@ inline SystemicRule calibrated_systemic_rule() {
   r.max_grants = 1;
   return r;
 }
+// The denied-unit rule of "gnmr-calibrated" (and so of "default"): a
+// triggered unit that gets no slot (denied by the budget or the one-grant
+// cap, or on a held step) is clipped to the trigger's target, the largest
+// norm the unit's own statistics call calm (the level threshold as a norm,
+// at most `ceiling` times its mean): every unit that triggered leaves the
+// step bounded, without a slot or a lock (docs/algorithm.md, "Denied units").
+inline DeniedRule calibrated_denied_rule() { return DeniedRule{DeniedAction::kClipTarget, 1.0f}; }
 
 // ------------------------------------------------ published parameters ----
 // Field names follow the peer's own arguments so a user can copy a config.
@@ -272,10 +279,13 @@ inline GnmrPromoteOnly gnmr_promote_only(std::size_t num_units) { return GnmrPro
 
 // The preset "gnmr-calibrated": the calibrated trigger (rate 1e-3, floor 2,
 // ceiling 16 by default) with gnmr-promote's clip and promotion, maxO 4,
-// lock 8, and calibrated_systemic_rule() (no grant on a model-wide jump).
+// lock 8, calibrated_systemic_rule() (no grant on a model-wide jump, one a
+// step otherwise) and calibrated_denied_rule() (the others clipped to the
+// trigger's target).
 inline GnmrCalibrated gnmr_calibrated(std::size_t num_units, CalibratedTrigger trigger = {}, float kappa = 1.0f) {
   ControllerOptions opt;
   opt.systemic = calibrated_systemic_rule();
+  opt.denied = calibrated_denied_rule();
   return GnmrCalibrated(num_units, {}, {}, trigger, ClipAndPromote{ClipToMean{kappa}, {PromotePrecision{}}}, {}, opt);
 }
 

@@ -156,6 +156,45 @@ GNMR_HOST_DEVICE bool timer_quiet(const ControllerOptions& o, std::int64_t t) {
          t % static_cast<std::int64_t>(o.timer.every) < static_cast<std::int64_t>(o.timer.quiet);
 }
 
+// A trigger may say that a unit's history is an outlier and its statistics
+// must start afresh with this step's sample (CalibratedTrigger::restarts: a
+// spike at the very first step became the unit's mean). Optional member:
+//   GNMR_HOST_DEVICE bool restarts(const State&, float ratio) const
+template <class Trigger, class = void>
+struct has_restarts : std::false_type {};
+template <class Trigger>
+struct has_restarts<Trigger, std::void_t<decltype(std::declval<const Trigger&>().restarts(
+                                 std::declval<const typename Trigger::State&>(), 0.0f))>> : std::true_type {};
+
+// Does unit s's history restart at this step's norm? Only a finite, positive
+// norm judged against a mean with a sample can say so (a zero is no
+// evidence); the ratio is evaluate_unit_from's, bit for bit.
+template <class PS>
+GNMR_HOST_DEVICE bool history_restarts(const PS& p, const typename PS::UnitState& s, float norm) {
+  if constexpr (has_restarts<typename PS::TriggerT>::value) {
+    if (!is_finite(norm) || !(norm > 0.0f) || PS::MeanT::count(s.mean) < 1u) return false;
+    const float ratio = math::div(norm, math::max(p.mean.mean(s.mean), p.opt.eps));
+    return p.trigger.restarts(s.trigger, ratio);
+  } else {
+    (void)p;
+    (void)s;
+    (void)norm;
+    return false;
+  }
+}
+
+// What the denied-unit rule (ControllerOptions::denied) scales a denied or
+// held unit by: 1 when it is off, else a clip to kappa * mu or to the
+// trigger's target (only ever lowers the scale).
+template <class PS>
+GNMR_HOST_DEVICE float denied_scale(const PS& p, const UnitView& v) {
+  switch (p.opt.denied.action) {
+    case DeniedAction::kClip: return clip_scale(v.norm, math::mul(p.opt.denied.kappa, v.mean), 0.0f);
+    case DeniedAction::kClipTarget: return clip_scale(v.norm, v.target, 0.0f);
+    default: return 1.0f;
+  }
+}
+
 // Phase 1's body, from the statistic's and the trigger's states given apart
 // (evaluate_unit passes fresh ones on a timer step).
 template <class PS>
@@ -200,11 +239,16 @@ GNMR_HOST_DEVICE UnitView evaluate_unit_from(const PS& p, const typename PS::Uni
 template <class PS>
 GNMR_HOST_DEVICE UnitView evaluate_unit(const PS& p, const typename PS::UnitState& s, float norm,
                                         std::int64_t t, std::uint32_t unit) {
-  if (timer_restarts(p.opt, t)) {
-    // Judged against a fresh statistic: what the timer restarts.
+  const bool timer = timer_restarts(p.opt, t);
+  const bool history = !timer && history_restarts(p, s, norm);
+  if (timer || history) {
+    // Judged against a fresh statistic: what the timer, or the trigger's
+    // verdict on the unit's history, restarts (the sample is its first).
     const typename PS::MeanT::State m0 = PS::MeanT::init();
     const typename PS::TriggerT::State t0 = PS::TriggerT::init();
-    return evaluate_unit_from(p, s, m0, t0, norm, t, unit);
+    UnitView v = evaluate_unit_from(p, s, m0, t0, norm, t, unit);
+    if (history) v.flags |= kRestart;
+    return v;
   }
   return evaluate_unit_from(p, s, s.mean, s.trigger, norm, t, unit);
 }
@@ -229,8 +273,9 @@ GNMR_HOST_DEVICE UnitView commit_unit(const PS& p, typename PS::UnitState& s, Un
   }
   const bool unserved = (v.flags & kTriggered) && !(v.flags & kInRecovery);
   if (unserved && sys.action == 0u) v.flags |= kDenied;
-  const bool restart = timer_restarts(p.opt, v.step);
-  if (restart) {  // the timer (ControllerOptions::timer): evaluate_unit saw these fresh states
+  const bool timer = timer_restarts(p.opt, v.step);
+  const bool restart = timer || (v.flags & kRestart) != 0u;
+  if (restart) {  // the timer (ControllerOptions::timer) or kRestart: evaluate_unit saw these fresh states
     s.mean = PS::MeanT::init();
     s.trigger = PS::TriggerT::init();
   }
@@ -253,8 +298,8 @@ GNMR_HOST_DEVICE UnitView commit_unit(const PS& p, typename PS::UnitState& s, Un
     }
   } else {
     p.recovery.apply(s.recovery, v, dec, global_skip);
-    if ((v.flags & kDenied) && p.opt.denied.action == DeniedAction::kClip)
-      dec.scale = math::min(dec.scale, clip_scale(v.norm, math::mul(p.opt.denied.kappa, v.mean), 0.0f));
+    if ((v.flags & kDenied) && p.opt.denied.action != DeniedAction::kNone)
+      dec.scale = math::min(dec.scale, denied_scale(p, v));
     if (sys.action == static_cast<std::uint32_t>(SystemicAction::kClipTriggered)) {
       if (unserved) {
         dec.scale = math::min(dec.scale, clip_scale(v.norm, math::mul(p.opt.systemic.kappa, v.mean), 0.0f));
@@ -269,7 +314,13 @@ GNMR_HOST_DEVICE UnitView commit_unit(const PS& p, typename PS::UnitState& s, Un
       set_skip(dec);
       dec.flags |= kSystemic;
     } else if (sys.action == static_cast<std::uint32_t>(SystemicAction::kHold)) {
-      if (unserved) dec.flags |= kSystemic;  // not denied, not clipped: no slot this step
+      // No slot this step: not denied, but bounded as a denied unit would be
+      // (the denied-unit rule, when it is on), so a spike on a held step
+      // does not pass unscaled.
+      if (unserved) {
+        dec.flags |= kSystemic;
+        if (p.opt.denied.action != DeniedAction::kNone) dec.scale = math::min(dec.scale, denied_scale(p, v));
+      }
     }
     // The warm-up clip (ControllerOptions::warmup_clip): every unit scaled
     // by the global coefficient, and the statistic fed the clipped norm.
@@ -287,7 +338,7 @@ GNMR_HOST_DEVICE UnitView commit_unit(const PS& p, typename PS::UnitState& s, Un
       p.mean.push(s.mean, p.trigger.feed(fed));
       p.trigger.update(s.trigger, v);
     }
-    if (restart) dec.flags |= kResetMoments;
+    if (timer) dec.flags |= kResetMoments;  // SPAM's timer resets the moments; kRestart does not
   }
   v.flags = dec.flags;
   if (rep) {

@@ -116,17 +116,39 @@ struct WarmupClipRule {
 };
 
 // What a denied unit gets (a triggered unit that holds no slot and was not
-// granted one), on a step that is not systemic.
+// granted one), on a step that is not systemic, and, under the systemic
+// action hold, what a triggered unit without a slot gets on a held step.
 enum class DeniedAction : std::uint32_t {
-  kNone = 0,  // nothing: the update passes as it is (today's behaviour)
-  kClip = 1,  // clip to kappa * mu_i for this step, without a slot or a lock
+  kNone = 0,        // nothing: the update passes as it is (GNMR's budget as published)
+  kClip = 1,        // clip to kappa * mu_i for this step, without a slot or a lock
+  kClipTarget = 2,  // clip to the trigger's own target (v.target: the largest norm its rule
+                    // calls calm, tau * mu for GNMR's, the level threshold for the calibrated)
 };
+inline const char* denied_action_name(DeniedAction a) {
+  switch (a) {
+    case DeniedAction::kNone: return "none";
+    case DeniedAction::kClip: return "clip";
+    case DeniedAction::kClipTarget: return "clip-target";
+  }
+  return "?";
+}
+// "none" | "clip" | "clip-target" ('_' for '-' accepted); false for anything else.
+inline bool parse_denied_action(std::string s, DeniedAction& out) {
+  for (char& c : s)
+    if (c == '_') c = '-';
+  for (std::uint32_t a = 0; a <= 2; ++a)
+    if (s == denied_action_name(static_cast<DeniedAction>(a))) {
+      out = static_cast<DeniedAction>(a);
+      return true;
+    }
+  return false;
+}
 struct DeniedRule {
   DeniedAction action = DeniedAction::kNone;
-  float kappa = 1.0f;
+  float kappa = 1.0f;  // kClip's level (kappa * mu_i)
   std::string check() const {
-    if (static_cast<std::uint32_t>(action) > 1u)
-      return "gnmr: DeniedRule: action must be none or clip, got " +
+    if (static_cast<std::uint32_t>(action) > 2u)
+      return "gnmr: DeniedRule: action must be none, clip or clip-target, got " +
              std::to_string(static_cast<std::uint32_t>(action));
     return detail::positive("DeniedRule", "kappa", kappa);
   }

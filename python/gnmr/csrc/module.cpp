@@ -50,6 +50,7 @@ std::vector<std::string> option_names() {
 #undef GNMR_PY_NAME
   v.push_back("mean");
   v.push_back("systemic_action");
+  v.push_back("deny_action");
 #define GNMR_PY_NAME(f) v.push_back(#f);
   GNMR_PY_DOUBLE_OPTIONS(GNMR_PY_NAME)
   GNMR_PY_FLOAT2_OPTIONS(GNMR_PY_NAME)
@@ -104,6 +105,11 @@ gnmr::presets::Options options_from(const py::dict& d) {
     if (key == "systemic_action") {
       if (!py::isinstance<py::str>(v)) type_error(key, "a str", v);
       o.systemic_action = py::cast<std::string>(v);
+      known = true;
+    }
+    if (key == "deny_action") {
+      if (!py::isinstance<py::str>(v)) type_error(key, "a str", v);
+      o.deny_action = py::cast<std::string>(v);
       known = true;
     }
     if (key == "mean") {
@@ -244,6 +250,7 @@ py::dict flags_dict() {
   d["WARMUP"] = static_cast<std::uint32_t>(gnmr::kWarmup);
   d["ZERO_NORM"] = static_cast<std::uint32_t>(gnmr::kZeroNorm);
   d["SYSTEMIC"] = static_cast<std::uint32_t>(gnmr::kSystemic);
+  d["RESTART"] = static_cast<std::uint32_t>(gnmr::kRestart);
   return d;
 }
 

@@ -11,7 +11,9 @@
 // save_state / load_state on the DeviceController, across the backends.
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "gnmr/cuda/controller.cuh"
@@ -19,36 +21,18 @@
 #include "gnmr/io/state.hpp"
 #include "gnmr/policy/mean.hpp"
 #include "harness.cuh"
+#include "../support/controller_cases.hpp"
 #include "../support/trace_gen.hpp"
 
 namespace gpu_test {
 namespace {
 
-// GNMR's trigger with a per-unit tau: tau + (unit % 4) / 2 (a policy can
-// read its unit's index: UnitView::unit).
-struct PerUnitTau {
-  static constexpr const char* kName = "per_unit_tau";
-  gnmr::GnmrTrigger base;
-  using State = gnmr::GnmrTrigger::State;
-  GNMR_HOST_DEVICE static State init() { return gnmr::GnmrTrigger::init(); }
-  GNMR_HOST_DEVICE gnmr::GnmrTrigger at(std::uint32_t unit) const {
-    gnmr::GnmrTrigger t = base;
-    t.tau = gnmr::math::add(base.tau, 0.5f * static_cast<float>(unit % 4u));
-    return t;
-  }
-  GNMR_HOST_DEVICE void evaluate(const State& s, gnmr::UnitView& v) const { at(v.unit).evaluate(s, v); }
-  GNMR_HOST_DEVICE float feed(const gnmr::UnitView& v) const { return at(v.unit).feed(v); }
-  GNMR_HOST_DEVICE void update(State& s, const gnmr::UnitView& v) const { base.update(s, v); }
-  std::string check() const { return base.check(); }
-};
+using ctlcases::systemic_opt;
 
-gnmr::ControllerOptions systemic_opt(gnmr::SystemicAction a, double share, double maxo_multiple = 0.0) {
-  gnmr::ControllerOptions o;
-  o.systemic.action = a;
-  o.systemic.share = share;
-  o.systemic.maxo_multiple = maxo_multiple;
-  return o;
-}
+// The device controller of a host controller's policy set.
+template <class PS>
+using DevOf = gnmr::cuda::DeviceController<typename PS::NormT, typename PS::MeanT, typename PS::TriggerT,
+                                           typename PS::RecoveryT, typename PS::BudgetT>;
 
 struct Mismatch {
   std::size_t flags = 0, scale = 0, lock = 0, ratio_ulp = 0, ratio_exact = 0, norm = 0, risk = 0, summary = 0;
@@ -56,17 +40,18 @@ struct Mismatch {
 };
 
 template <class HostCtl, class DevCtl>
-void compare(const char* name, HostCtl& host, DevCtl& dev, std::size_t n, int steps, std::uint64_t seed,
-             bool from_partials, bool expect_denials = true) {
+void compare(const ctlcases::Case& c, HostCtl& host, DevCtl& dev) {
+  const char* name = c.name.c_str();
+  const std::size_t n = c.n;
+  const int steps = c.steps;
+  const bool from_partials = c.from_partials;
   std::printf("  %s: %zu units, %d steps\n", name, n, steps);
   std::vector<float> in(n);
   Dev<float> d_in(n);
   Mismatch mm;
-  std::size_t denied_steps = 0, grants = 0, systemic_steps = 0;
+  ctlcases::Stats st;
   for (int s = 1; s <= steps; ++s) {
-    tracegen::fill(seed, s, in);
-    if (from_partials)
-      for (float& x : in) x = x * x;  // a sum of squares; NaN/Inf stay non-finite
+    ctlcases::fill(c, s, in);
     d_in.upload(in);
     cudaError_t e = from_partials ? dev.step(d_in.p, 0) : dev.step_norms(d_in.p, 0);
     CK(e);
@@ -75,9 +60,7 @@ void compare(const char* name, HostCtl& host, DevCtl& dev, std::size_t n, int st
     const std::vector<gnmr::UnitDecision> dd = dev.copy_decisions();
     const std::vector<gnmr::UnitReport> dr = dev.copy_reports();
     const gnmr::StepSummary ds = dev.copy_summary();
-    denied_steps += hs.denied > 0;
-    grants += hs.granted;
-    systemic_steps += hs.systemic != 0u;
+    st.add(hs, host.policies().opt.systemic.max_grants);
     const bool sum_ok = ds.step == hs.step && ds.triggered == hs.triggered && ds.granted == hs.granted &&
                         ds.in_recovery == hs.in_recovery && ds.denied == hs.denied &&
                         ds.nonfinite == hs.nonfinite && ds.released == hs.released &&
@@ -113,17 +96,14 @@ void compare(const char* name, HostCtl& host, DevCtl& dev, std::size_t n, int st
   EXPECT(mm.total() == 0, "%s: mismatches flags %zu scale %zu lock %zu ratio(>1ulp) %zu norm %zu risk %zu summary %zu",
          name, mm.flags, mm.scale, mm.lock, mm.ratio_ulp, mm.norm, mm.risk, mm.summary);
   EXPECT(dev.steps_done() == steps, "%s: device step counter", name);
-  // The trace must exercise what is compared, or the test proves little.
-  // Systemic steps replace the denials: a systemic run contends through them.
-  const bool systemic_on = host.policies().opt.systemic.action != gnmr::SystemicAction::kOff;
-  EXPECT((!expect_denials || denied_steps + systemic_steps >= 3) && grants > 0,
-         "%s: trace did not contend (denied steps %zu, systemic %zu, grants %zu)", name, denied_steps,
-         systemic_steps, grants);
-  EXPECT(!systemic_on || (systemic_steps >= 1 && systemic_steps + 2 <= static_cast<std::size_t>(steps)),
-         "%s: the trace should have systemic and ordinary steps (%zu systemic of %d)", name, systemic_steps, steps);
+  // The trace must exercise what is compared, or the test proves little
+  // (the CPU suite checks the same on every run:
+  // tests/unit/test_gpu_case_preconditions.cpp).
+  const std::string why = ctlcases::unmet(c, host.policies(), st);
+  EXPECT(why.empty(), "%s", why.c_str());
   EXPECT(dev.copy_global_state().total.k == host.global_state().total.k, "%s: tracker sample counts differ", name);
   std::printf("    ratios bit-identical except %zu; %zu contended steps, %zu systemic, %zu grants\n", mm.ratio_exact,
-              denied_steps, systemic_steps, grants);
+              st.denied_steps, st.systemic_steps, st.grants);
 }
 
 // The typed blob: a device checkpoint resumes on the host and a host one on
@@ -182,128 +162,34 @@ void state_blob_across_backends() {
 
 void test_controller_vs_host() {
   std::printf("[controller vs host]\n");
-  const bool q = quick();
-  {
-    gnmr::MaxO b;
-    b.max_o = 3;
-    b.lock = 4;
-    gnmr::GnmrController<> host(1000, {}, {}, {}, {}, b);
-    gnmr::cuda::DeviceController<> dev(1000, {}, {}, {}, {}, b);
-    std::printf("  commit kernel as a programmatic dependent launch: %s\n", dev.programmatic_launch() ? "yes" : "no");
-    compare("default, maxO 3", host, dev, 1000, q ? 30 : 60, 101, false);
-  }
-  {
-    const std::size_t n = q ? 100000 : 1000000;
-    gnmr::MaxO b;
-    b.max_o = 2;
-    b.lock = 3;
-    gnmr::GnmrController<> host(n, {}, {}, {}, {}, b);
-    gnmr::cuda::DeviceController<> dev(n, {}, {}, {}, {}, b);
-    compare("default, maxO 2, large N", host, dev, n, q ? 16 : 25, 102, false);
-  }
-  {
-    // 40 slots > kTopKCap: the full radix select over all units, with a
-    // cool-down, in a caller-owned workspace (two-phase form).
-    gnmr::MaxO b;
-    b.max_o = 40;
-    b.lock = 3;
-    b.cooldown = 2;
-    const std::size_t n = 5000;
-    const std::size_t bytes = gnmr::cuda::DeviceController<>::workspace_bytes(n, b);
-    Dev<unsigned char> ws(bytes);
-    gnmr::GnmrController<> host(n, {}, {}, {}, {}, b);
-    gnmr::cuda::DeviceController<> dev(ws.p, bytes, n, {}, {}, {}, {}, b);
-    compare("default, maxO 40, caller workspace", host, dev, n, 40, 103, false);
-    // Large enough, misaligned: refused for the alignment alone.
-    Dev<unsigned char> ws2(bytes + 256);
-    bool threw = false;
-    try {
-      gnmr::cuda::DeviceController<> bad(ws2.p + 16, bytes, n, {}, {}, {}, {}, b);
-    } catch (const std::invalid_argument& e) {
-      threw = std::strstr(e.what(), "256-byte aligned") != nullptr;
+  bool first = true;
+  ctlcases::visit_cases(quick(), [&first](const ctlcases::Case& c, auto&& host) {
+    using Dev = DevOf<typename std::decay_t<decltype(host)>::Policies>;
+    const auto& p = host.policies();
+    if (!c.numel.empty()) host.set_unit_numel(c.numel.data(), c.numel.size());
+    if (c.caller_workspace) {
+      const std::size_t bytes = Dev::workspace_bytes(c.n, p.budget);
+      gpu_test::Dev<unsigned char> ws(bytes);
+      Dev dev(ws.p, bytes, c.n, p.norm, p.mean, p.trigger, p.recovery, p.budget, p.opt);
+      compare(c, host, dev);
+      // Large enough, misaligned: refused for the alignment alone.
+      gpu_test::Dev<unsigned char> ws2(bytes + 256);
+      bool threw = false;
+      try {
+        Dev bad(ws2.p + 16, bytes, c.n, p.norm, p.mean, p.trigger, p.recovery, p.budget, p.opt);
+      } catch (const std::invalid_argument& e) {
+        threw = std::strstr(e.what(), "256-byte aligned") != nullptr;
+      }
+      EXPECT(threw, "a workspace that is not 256-byte aligned was accepted");
+      return;
     }
-    EXPECT(threw, "a workspace that is not 256-byte aligned was accepted");
-  }
-  {
-    // From partials, RMS norm (unit sizes), window mean, reset on grant,
-    // unlimited budget.
-    using Rec = gnmr::Compose<gnmr::ClipToMean, gnmr::ResetMoments>;
-    using Host = gnmr::GnmrController<gnmr::RmsNorm, gnmr::WindowMean<16>, gnmr::GnmrTrigger, Rec, gnmr::Unlimited>;
-    using DevC = gnmr::cuda::DeviceController<gnmr::RmsNorm, gnmr::WindowMean<16>, gnmr::GnmrTrigger, Rec,
-                                              gnmr::Unlimited>;
-    const std::size_t n = 3000;
-    gnmr::Unlimited b;
-    b.lock = 2;
-    Host host(n, {}, {}, {}, {}, b);
-    DevC dev(n, {}, {}, {}, {}, b);
-    std::vector<std::uint64_t> numel(n);
-    for (std::size_t i = 0; i < n; ++i) numel[i] = 1 + (i * 7919) % 100000;
-    host.set_unit_numel(numel.data(), n);
-    dev.set_unit_numel(numel);
-    compare("rms/window/reset/unlimited from partials", host, dev, n, 40, 104, true, false);  // never denies
-  }
-  // The systemic rule: the trace's bursts (every 7th step from 14, a quarter
-  // of the tie groups) are systemic at share 0.1.
-  {
-    gnmr::MaxO b;
-    b.max_o = 3;
-    b.lock = 4;
-    // C = min(floor(0.5 * 1000), floor(5 * 3)) = 15: the bursts, not the ordinary spikes.
-    const auto o = systemic_opt(gnmr::SystemicAction::kClipTriggered, 0.5, 5.0);
-    gnmr::GnmrController<> host(1000, {}, {}, {}, {}, b, o);
-    gnmr::cuda::DeviceController<> dev(1000, {}, {}, {}, {}, b, o);
-    compare("systemic clip-triggered, maxO 3", host, dev, 1000, q ? 30 : 60, 105, false);
-  }
-  {
-    const std::size_t n = q ? 100000 : 1000000;  // 3907 block sums: a three-level tree
-    gnmr::MaxO b;
-    b.max_o = 2;
-    b.lock = 3;
-    const auto o = systemic_opt(gnmr::SystemicAction::kGlobalClip, 0.1);
-    gnmr::GnmrController<> host(n, {}, {}, {}, {}, b, o);
-    gnmr::cuda::DeviceController<> dev(n, {}, {}, {}, {}, b, o);
-    compare("systemic global-clip, large N, from partials", host, dev, n, q ? 16 : 30, 106, true);
-  }
-  {
-    gnmr::MaxO b;
-    b.max_o = 40;
-    b.lock = 3;
-    b.cooldown = 2;
-    const auto o = systemic_opt(gnmr::SystemicAction::kSkip, 0.1);
-    gnmr::GnmrController<> host(5000, {}, {}, {}, {}, b, o);
-    gnmr::cuda::DeviceController<> dev(5000, {}, {}, {}, {}, b, o);
-    compare("systemic skip, maxO 40", host, dev, 5000, 40, 107, false);
-  }
-  {
-    // The per-step cap (max_grants 2 of maxO 6) under clip-triggered: every
-    // step with three or more candidates and free slots selects two of them,
-    // on the top-k path (slots <= its cap) and on the full select (maxO 64).
-    for (const std::int32_t max_o : {6, 64}) {
-      gnmr::MaxO b;
-      b.max_o = max_o;
-      b.lock = 3;
-      auto o = systemic_opt(gnmr::SystemicAction::kClipTriggered, 0.5);
-      o.systemic.max_grants = 2;
-      gnmr::GnmrController<> host(3000, {}, {}, {}, {}, b, o);
-      gnmr::cuda::DeviceController<> dev(3000, {}, {}, {}, {}, b, o);
-      compare(max_o == 6 ? "max_grants 2, maxO 6" : "max_grants 2, maxO 64", host, dev, 3000, q ? 30 : 60,
-              109, false, true);
-    }
-  }
-  {
-    // The denied-unit clip (systemic off), and a trigger that reads the unit index.
-    gnmr::MaxO b;
-    b.max_o = 3;
-    b.lock = 4;
-    gnmr::ControllerOptions o;
-    o.denied.action = gnmr::DeniedAction::kClip;
-    o.denied.kappa = 1.5f;
-    using Host = gnmr::GnmrController<gnmr::L2Norm, gnmr::EmaMean, PerUnitTau>;
-    using DevC = gnmr::cuda::DeviceController<gnmr::L2Norm, gnmr::EmaMean, PerUnitTau>;
-    Host host(2000, {}, {}, {}, {}, b, o);
-    DevC dev(2000, {}, {}, {}, {}, b, o);
-    compare("denied clip, per-unit tau", host, dev, 2000, q ? 30 : 60, 108, false);
-  }
+    Dev dev(c.n, p);
+    if (!c.numel.empty()) dev.set_unit_numel(c.numel);
+    if (first)
+      std::printf("  commit kernel as a programmatic dependent launch: %s\n", dev.programmatic_launch() ? "yes" : "no");
+    first = false;
+    compare(c, host, dev);
+  });
   state_blob_across_backends();
 }
 

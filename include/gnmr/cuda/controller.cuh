@@ -215,6 +215,7 @@ class DeviceController {
     std::int64_t* step = nullptr;
     double* numel = nullptr;
     float* norm = nullptr;
+    gnmr::detail::UnitVerdict* verdict = nullptr;
     std::uint64_t* key = nullptr;
     std::uint32_t* block_counts = nullptr;
     std::uint64_t* block_top = nullptr;
@@ -242,6 +243,7 @@ class DeviceController {
     b.step = c.take<std::int64_t>(1);
     b.numel = norm_needs_numel<Norm>() ? c.take<double>(n) : nullptr;
     b.norm = c.take<float>(n);
+    b.verdict = c.take<gnmr::detail::UnitVerdict>(n);
     b.key = c.take<std::uint64_t>(n);
     b.block_counts = c.take<std::uint32_t>(3 * nb);
     b.block_top = k ? c.take<std::uint64_t>(nb * k) : nullptr;
@@ -282,6 +284,7 @@ class DeviceController {
     a.step = b_.step;
     a.numel = b_.numel;
     a.norm = b_.norm;
+    a.verdict = b_.verdict;
     a.key = b_.key;
     a.block_counts = b_.block_counts;
     a.block_top = b_.block_top;

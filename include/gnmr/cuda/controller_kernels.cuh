@@ -3,8 +3,10 @@
 // phases of gnmr/step/step.hpp:
 //
 //   ctrl_evaluate_select (phase 1, then phase 2 in its last block): one
-//           thread per unit runs detail::evaluate_unit, stores the norm and
-//           the unit's rank key (0 unless it is a candidate), and counts held
+//           thread per unit runs detail::evaluate_unit, stores the norm, its
+//           verdict (detail::UnitVerdict, what the commit needs of the
+//           evaluation) and the unit's rank key (0 unless it is a
+//           candidate), and counts held
 //           slots and candidates per block (__syncthreads_count); with few
 //           slots each block also keeps its top-`slots` keys. With the
 //           systemic rule on it also counts triggered units, and under
@@ -17,7 +19,9 @@
 //           tree, and runs decide_systemic (the tracker of the total lives in
 //           device memory): a SystemicStep next to the rule.
 //   ctrl_commit_summarize (phases 3 and 4): one thread per unit
-//           re-evaluates (pure), applies the rule and the SystemicStep, runs
+//           rebuilds its view from the stored verdict (detail::view_of: the
+//           trigger's arithmetic is not repeated), applies the rule and the
+//           SystemicStep, runs
 //           detail::commit_unit, writes state/decision/report and folds a
 //           SummaryAcc per block; the last block merges the block
 //           accumulators, writes the StepSummary and advances the device
@@ -59,6 +63,7 @@ struct CtrlArgs {
   std::int64_t* step;
   const double* numel;  // per unit, only for norms that need it
   float* norm;          // this step's norms
+  gnmr::detail::UnitVerdict* verdict;  // phase 1's evaluation of each unit, for the commit
   std::uint64_t* key;   // rank keys, 0 = not a candidate
   std::uint32_t* block_counts;  // {held, candidates, triggered} per block
   std::uint64_t* block_top;     // topk keys per block (topk > 0)
@@ -190,6 +195,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_evaluate_select(CtrlArgs<
     if (need_total) sq = gnmr::detail::total_square(norm);
     key = cand ? gnmr::detail::rank_key(v.risk, i) : 0u;
     a.norm[i] = norm;
+    a.verdict[i] = gnmr::detail::verdict_of(v);
     a.key[i] = key;
   }
   const std::uint32_t nheld = static_cast<std::uint32_t>(__syncthreads_count(held));
@@ -288,7 +294,7 @@ __device__ __forceinline__ bool commit_block(const CtrlArgs<PS>& a, std::int64_t
   if (active) {
     const gnmr::detail::SelectRule rule = *a.rule;
     s = kStage ? s_state[threadIdx.x] : a.state[i];
-    const UnitView v0 = gnmr::detail::evaluate_unit(a.p, s, a.norm[i], t, i);
+    const UnitView v0 = gnmr::detail::view_of(a.verdict[i], a.norm[i], t, i, s.budget.granted_at);
     const bool granted = gnmr::detail::rule_grants(rule, a.key[i]);
     std::uint32_t gskip = 0;
     const UnitView v = gnmr::detail::commit_unit(a.p, s, v0, granted, sys, d, &r, gskip);

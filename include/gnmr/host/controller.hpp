@@ -55,6 +55,7 @@ class GnmrController {
     reports_.assign(num_units, UnitReport{});
     decisions_.assign(num_units, UnitDecision{1.0f, 0u});
     norms_.assign(num_units, 0.0f);
+    verdicts_.assign(num_units, detail::UnitVerdict{});
     numel_.assign(num_units, 1.0);
     candidates_.reserve(num_units);
     promoted_.reserve(num_units);
@@ -168,13 +169,17 @@ class GnmrController {
   const StepSummary& run_step() {
     const std::int64_t t = step_ + 1;
     const std::size_t n = state_.size();
-    // Phase 1: views (kept in reports_ as risk/flags until commit).
+    // A local copy of the policies: nothing the loops store can alias it,
+    // so the compiler may hoist what a policy derives from its parameters
+    // alone (the calibrated trigger's K = ln(1/rate), log2(floor),
+    // log2(ceiling)) out of the per-unit loops. The same values: the same bits.
+    const Policies p = p_;
+    // Phase 1: each unit evaluated once; its verdict kept for phase 3.
     candidates_.clear();
     std::uint32_t held = 0, triggered = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      const UnitView v = detail::evaluate_unit(p_, state_[i], norms_[i], t, static_cast<std::uint32_t>(i));
-      reports_[i].risk = v.risk;
-      reports_[i].flags = v.flags;
+      const UnitView v = detail::evaluate_unit(p, state_[i], norms_[i], t, static_cast<std::uint32_t>(i));
+      verdicts_[i] = detail::verdict_of(v);
       held += (v.flags & kInRecovery) ? 1u : 0u;
       triggered += (v.flags & kTriggered) ? 1u : 0u;
       if (detail::is_candidate(v.flags)) candidates_.push_back(static_cast<std::uint32_t>(i));
@@ -182,7 +187,7 @@ class GnmrController {
     // Phase 2: the free slots go to the highest risks, ties to the lower index;
     // how many is the device's count (none on a held step, at most max_grants).
     const auto before = [this](std::uint32_t a, std::uint32_t b) {
-      return detail::ranks_before(reports_[a].risk, a, reports_[b].risk, b);
+      return detail::ranks_before(verdicts_[a].risk, a, verdicts_[b].risk, b);
     };
     const std::size_t n_grant = detail::step_grants(
         p_.opt.systemic, threshold_, triggered,
@@ -190,7 +195,7 @@ class GnmrController {
     if (n_grant > 0 && n_grant < candidates_.size())
       std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(n_grant), candidates_.end(),
                        before);
-    for (std::size_t j = 0; j < n_grant; ++j) reports_[candidates_[j]].flags |= kGranted;
+    for (std::size_t j = 0; j < n_grant; ++j) verdicts_[candidates_[j]].flags |= kGranted;
     // The step-wide systemic outcome (the total norm only for global-clip).
     const float total_sq = detail::needs_total(p_.opt.systemic, p_.opt.warmup_clip)
                                ? static_cast<float>(detail::total_sq_tree(norms_.data(), n, total_scratch_.data()))
@@ -201,10 +206,14 @@ class GnmrController {
     detail::SummaryAcc acc = detail::SummaryAcc::zero();
     promoted_.clear();
     for (std::size_t i = 0; i < n; ++i) {
-      const bool granted = (reports_[i].flags & kGranted) != 0u;
+      // The grant mark rode on the verdict's flags; the view gets it from
+      // commit_unit, as on the device.
+      const bool granted = (verdicts_[i].flags & kGranted) != 0u;
       std::uint32_t gskip = 0;
       const auto u = static_cast<std::uint32_t>(i);
-      const UnitView v = detail::commit_unit(p_, state_[i], detail::evaluate_unit(p_, state_[i], norms_[i], t, u),
+      detail::UnitVerdict d = verdicts_[i];
+      d.flags &= ~kGranted;
+      const UnitView v = detail::commit_unit(p, state_[i], detail::view_of(d, norms_[i], t, u, state_[i].budget.granted_at),
                                              granted, sys, decisions_[i], &reports_[i], gskip);
       acc.add(v, u, gskip);
       if (v.flags & kPromote) promoted_.push_back(u);
@@ -219,6 +228,7 @@ class GnmrController {
   std::vector<UnitReport> reports_;
   std::vector<UnitDecision> decisions_;
   std::vector<float> norms_;
+  std::vector<detail::UnitVerdict> verdicts_;  // phase 1's evaluation of each unit, for phase 3
   std::vector<double> numel_;
   std::vector<std::uint32_t> candidates_;
   std::vector<std::uint32_t> promoted_;

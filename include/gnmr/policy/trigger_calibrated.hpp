@@ -133,16 +133,16 @@ struct CalibratedTriggerT {
     const std::uint32_t w = static_cast<std::uint32_t>(window);
     return detail::ring_mean(s.ring, s.k % w, w, filled(s));
   }
-  // A rule's threshold: max(m + K max(s, min_spread), log2(floor)) for a
-  // statistic of n samples; k and lf are k_sigma() and log_floor(),
-  // computed once per evaluation.
-  GNMR_HOST_DEVICE float threshold(const detail::LogStat& a, std::uint32_t n, float k, float lf) const {
+  // A rule's threshold: max(loc + K max(s, min_spread), log2(floor)) for a
+  // statistic of n samples whose location is loc (logstat_loc, computed
+  // once per statistic and evaluation); k and lf are k_sigma() and
+  // log_floor().
+  GNMR_HOST_DEVICE float threshold(const detail::LogStat& a, std::uint32_t n, float loc, float k, float lf) const {
     const float sp = math::max(detail::logstat_spread(a, n), min_spread);
-    return math::max(math::add(detail::logstat_loc(a, n, beta), math::mul(k, sp)), lf);
+    return math::max(math::add(loc, math::mul(k, sp)), lf);
   }
-  // (value - m) / (threshold - m): above 1 exactly when the rule fires.
-  GNMR_HOST_DEVICE float risk_of(const detail::LogStat& a, std::uint32_t n, float value, float thr) const {
-    const float loc = detail::logstat_loc(a, n, beta);
+  // (value - loc) / (threshold - loc): above 1 exactly when the rule fires.
+  GNMR_HOST_DEVICE static float risk_of(float loc, float value, float thr) {
     return math::div(math::sub(value, loc), math::sub(thr, loc));
   }
 
@@ -168,18 +168,24 @@ struct CalibratedTriggerT {
       return;
     }
     const float k = k_sigma(), lf = log_floor();
-    const float tx = math::min(threshold(s.level, s.k, k, lf), lc);
-    v.target = math::mul(v.mean, math::exp2(tx));
-    float risk = risk_of(s.level, s.k, x, tx);
+    const float loc = detail::logstat_loc(s.level, s.k, beta);
+    const float tx = math::min(threshold(s.level, s.k, loc, k, lf), lc);
+    float risk = risk_of(loc, x, tx);
     bool fired = x > tx;
     const std::uint32_t kj = jump_count(s);
     if (has_jump && kj >= warmup) {
-      const float tj = threshold(s.jump, kj, k, lf);
-      risk = math::max(risk, risk_of(s.jump, kj, j, tj));
+      const float loc_j = detail::logstat_loc(s.jump, kj, beta);
+      const float tj = threshold(s.jump, kj, loc_j, k, lf);
+      risk = math::max(risk, risk_of(loc_j, j, tj));
       fired = fired || j > tj;
     }
     v.risk = math::max(risk, 0.0f);
     if (fired) v.flags |= kTriggered;
+    // The level threshold as a norm, for the units whose step reads it: a
+    // triggered unit (the clamped feed, the denied-unit clip) and one holding
+    // a slot (a recovery that clips to the target). Every other unit keeps
+    // floor * mu (set above), and skips the exponential.
+    if (fired || (v.flags & kInRecovery)) v.target = math::mul(v.mean, math::exp2(tx));
   }
   GNMR_HOST_DEVICE float feed(const UnitView& v) const {
     return (clamp_feed && (v.flags & kTriggered)) ? math::min(v.norm, v.target) : v.norm;

@@ -10,7 +10,10 @@
 //   SummaryAcc     counts and the max ratio, mergeable in any tree shape
 // The host backend runs them in loops, the CUDA backend in kernels: the
 // CPU tests therefore exercise exactly the code the GPU runs. evaluate_unit
-// is pure, so a backend may call it twice rather than store the view.
+// runs once per unit and step on both: phase 1 keeps what it decided in a
+// UnitVerdict (32 bytes), and phase 3 rebuilds the view from it (view_of)
+// instead of evaluating again; a trigger's arithmetic (the calibrated
+// trigger's logarithms and thresholds) is not repeated.
 #pragma once
 
 #include <cstdint>
@@ -251,6 +254,36 @@ GNMR_HOST_DEVICE UnitView evaluate_unit(const PS& p, const typename PS::UnitStat
     return v;
   }
   return evaluate_unit_from(p, s, s.mean, s.trigger, norm, t, unit);
+}
+
+// What evaluate_unit decided about a unit, kept from phase 1 to phase 3
+// (the host controller's per-unit buffer, the device's workspace): the
+// view's fields that the evaluation computes. The norm, the step, the unit
+// and granted_at are known to phase 3 (the budget state is not changed in
+// between), so view_of(verdict_of(v), ...) is v, bit for bit.
+struct UnitVerdict {
+  float mean, ratio, delta, risk, stddev, target;
+  std::uint32_t count, flags;
+};
+GNMR_HOST_DEVICE UnitVerdict verdict_of(const UnitView& v) {
+  return UnitVerdict{v.mean, v.ratio, v.delta, v.risk, v.stddev, v.target, v.count, v.flags};
+}
+GNMR_HOST_DEVICE UnitView view_of(const UnitVerdict& d, float norm, std::int64_t t, std::uint32_t unit,
+                                  std::int64_t granted_at) {
+  UnitView v{};
+  v.norm = norm;
+  v.mean = d.mean;
+  v.ratio = d.ratio;
+  v.delta = d.delta;
+  v.risk = d.risk;
+  v.stddev = d.stddev;
+  v.target = d.target;
+  v.count = d.count;
+  v.flags = d.flags;
+  v.unit = unit;
+  v.step = t;
+  v.granted_at = granted_at;
+  return v;
 }
 
 // Phase 3: apply the selection's verdict and the step's systemic outcome,

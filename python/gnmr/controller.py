@@ -21,6 +21,16 @@ from .summary import Decisions, Flag, StepSummary
 Override = Union[float, int, str]
 
 
+def _device_of(t: torch.Tensor) -> torch.device:
+    """Where a watched tensor lives, a CUDA device always with its index
+    (what Controller._follow compares; one place, so that a test can stand
+    in another device on a machine without one)."""
+    d = t.device
+    if d.type == "cuda" and d.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return d
+
+
 def presets() -> List[str]:
     """The preset names :class:`Controller` accepts, in a stable order."""
     return list(_C.presets())
@@ -96,16 +106,65 @@ class Controller:
             self._sharded = sharded.ShardedUnits(layout.tensors, layout.labels)
             core_tensors = self._sharded.local_params()
             self._partials = torch.zeros(len(layout.names), dtype=torch.float32, device=self._device)
-        args = (preset, self._overrides, core_tensors, layout.units, layout.labels, layout.names)
-        if self._device.type == "cuda":
-            index = self._device.index if self._device.index is not None else torch.cuda.current_device()
-            self._device = torch.device("cuda", index)
-            self._core = _C.CudaCore(*args, index)
-        else:
-            self._core = _C.HostCore(*args)
+        self._core_args = (preset, self._overrides, core_tensors, layout.units, layout.labels, layout.names)
+        self._device, self._core = self._make_core(self._device)
+        # The logs open on the core (path and options), so that a move to
+        # another device carries them on (see _follow).
+        self._events_open: Optional[tuple] = None
+        self._trace_open: Optional[str] = None
         self._last: Optional[StepSummary] = None
         self._decisions: Optional[Decisions] = None  # host copy of the latest decisions
         self._ring: List[Optional[weakref.ref]] = [None] * _C.READBACK_SLOTS
+
+    def _make_core(self, device: torch.device):
+        """The C++ core for the watched tensors on ``device``: the host
+        controller on the CPU, the CUDA backend on a GPU. ValueError for any
+        other device type (gnmr runs on the CPU and on CUDA)."""
+        if device.type == "cuda":
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            return torch.device("cuda", index), _C.CudaCore(*self._core_args, index)
+        if device.type == "cpu":
+            return device, _C.HostCore(*self._core_args)
+        raise ValueError(f"gnmr: the watched tensors are on {device}: gnmr's controller runs on the CPU "
+                         f"and on CUDA devices")
+
+    def _follow(self) -> None:
+        """Follows the model to its device. A controller fixes its device
+        when it is built; a framework may move the model afterwards (the
+        Hugging Face Trainer moves it to the GPU when it is constructed, after
+        ``gnmr.Controller(model)``). On the first step on a new device the
+        core is rebuilt there and the state carried across through the
+        canonical blob, bit for bit, with the open event log and trace (they
+        go on in the same files). Tensors split across devices, sharded
+        (DTensor) units and devices gnmr does not run on are refused with a
+        ValueError that says what to do; nothing is changed then."""
+        device = _device_of(self._tensors[0])
+        if device == self._device:
+            return
+        for t in self._tensors:
+            other = _device_of(t)
+            if other != device:
+                raise ValueError(f"gnmr: the watched tensors moved and are now on {device} and {other}: "
+                                 f"move the whole model to one device")
+        if self._sharded is not None:
+            raise ValueError(f"gnmr: the sharded (DTensor) units moved from {self._device} to {device}: "
+                             f"build the gnmr.Controller after the model is placed")
+        blob = bytes(self._core.save())
+        last_trace = int(self._core.last_trace_step) if self._trace_open is not None else 0
+        new_device, core = self._make_core(device)
+        core.load(blob)
+        # Every pending log line of the old core is written before the new
+        # core appends to the same files.
+        self._core.flush()
+        self._core.close_events()
+        self._core.close_trace()
+        if self._events_open is not None:
+            core.open_events(self._events_open[0], self._events_open[1], append=True)
+        if self._trace_open is not None:
+            core.open_trace(self._trace_open, append=True, last_step=last_trace)
+        self._core, self._device = core, new_device
+        self._ring = [None] * _C.READBACK_SLOTS
+        self._decisions = None
 
     # ------------------------------------------------------------ properties ---
     @property
@@ -206,6 +265,7 @@ class Controller:
         """One step; ``grads``: the sharded path's local gradients when the
         caller (gnmr.optim.AdamW) has gathered them already."""
         self._decisions = None
+        self._follow()
         sh = self._sharded
         if sh is not None and grads is None:
             grads = sh.gather_grads()
@@ -364,8 +424,10 @@ class Controller:
         rest. OSError if the file cannot be written."""
         if path is None:
             self._core.close_events()
+            self._events_open = None
         else:
             self._core.open_events(os.fspath(path), bool(nonfinite_as_null))
+            self._events_open = (os.fspath(path), bool(nonfinite_as_null))
 
     def trace(self, path: Optional[Union[str, os.PathLike]]) -> None:
         """Writes the per-unit norm trace CSV (gnmr::TraceWriter) that
@@ -374,8 +436,10 @@ class Controller:
         (no sync); :meth:`flush` writes the rest."""
         if path is None:
             self._core.close_trace()
+            self._trace_open = None
         else:
             self._core.open_trace(os.fspath(path))
+            self._trace_open = os.fspath(path)
 
     def flush(self) -> None:
         """Writes every pending log line and trace row (waits for the GPU)."""
@@ -385,6 +449,8 @@ class Controller:
         """Flushes and closes the event log and the trace."""
         self._core.close_events()
         self._core.close_trace()
+        self._events_open = None
+        self._trace_open = None
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> "Controller":
         """A controller over the deep copies of the watched tensors (the

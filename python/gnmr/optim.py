@@ -101,6 +101,7 @@ class AdamW(torch.optim.Optimizer):
         group = self.param_groups[-1]
         ctl = self.controller
         try:
+            ctl._follow()  # a model moved after its controller was built: the controller follows
             for i, p in enumerate(group["params"]):
                 if self._watched(p, len(self.param_groups) - 1, i):
                     if p.dtype != torch.float32:
@@ -178,6 +179,22 @@ class AdamW(torch.optim.Optimizer):
         h = (float(lr), float(beta1), float(beta2), float(group["eps"]), float(group["weight_decay"]))
         _C.check_adamw(*h)
         return h, d_lr
+
+    def _check_device(self) -> None:
+        """The controller follows its model to another device (Controller.
+        _follow); this optimizer's moments do not move with it, as torch's
+        optimizers' states do not: a model moved after the optimizer was
+        built is refused with what to do, before anything changes."""
+        ctl = self.controller
+        ctl._follow()
+        for group in self.param_groups:
+            for p in group["params"]:
+                st = self.state.get(p)
+                m = st.get("exp_avg") if st else None
+                if m is not None and m.device != p.device:
+                    raise ValueError(f"gnmr: AdamW: {self._label(p)} moved to {p.device} after this optimizer "
+                                     f"was built (its moments are on {m.device}): build the optimizer after "
+                                     f"moving the model, as torch's optimizers need")
 
     # --------------------------------------------------------------- state ---
     def _ensure_cores(self) -> List[Any]:
@@ -329,6 +346,7 @@ class AdamW(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         hyper = [self._hyper(g) for g in self.param_groups]
+        self._check_device()
         cores = self._ensure_cores()
         for k, p in self._frozen:
             if p.grad is not None:

@@ -230,7 +230,10 @@ inline Trace read_trace(std::istream& in) {
 // with one call, so a crash leaves at most one partial line at the end.
 class TraceWriter {
  public:
-  TraceWriter(std::ostream& out, const std::vector<std::string>& names)
+  // write_header = false continues a trace whose header is already in the
+  // stream (a file reopened to append: the Python controller moving to
+  // another device carries its trace on this way).
+  TraceWriter(std::ostream& out, const std::vector<std::string>& names, bool write_header = true)
       : out_(out), n_(names.size()) {
     if (names.empty()) throw std::invalid_argument("gnmr: TraceWriter: no unit names");
     std::unordered_map<std::string, std::size_t> seen;
@@ -248,7 +251,7 @@ class TraceWriter {
       line_ += s;
     }
     line_ += '\n';
-    out_.write(line_.data(), static_cast<std::streamsize>(line_.size()));
+    if (write_header) out_.write(line_.data(), static_cast<std::streamsize>(line_.size()));
     line_.reserve(n_ * 16 + 24);
   }
 

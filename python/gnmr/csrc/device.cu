@@ -242,7 +242,7 @@ void DeviceController::reset() {
   impl_->ctl->reset();
 }
 
-void DeviceController::open_events(const std::string& path, bool nonfinite_as_null) {
+void DeviceController::open_events(const std::string& path, bool nonfinite_as_null, bool append) {
   Impl& I = *impl_;
   DeviceGuard g(I.device);
   if (I.drain) I.drain->flush(*I.logs.events(), I.logs.names().data());
@@ -250,16 +250,16 @@ void DeviceController::open_events(const std::string& path, bool nonfinite_as_nu
   // the capacity of one step are counted in events_dropped().
   const std::uint32_t cap = static_cast<std::uint32_t>(I.n < 65536 ? I.n : 65536);
   std::unique_ptr<gnmr::cuda::TelemetryDrain> d(new gnmr::cuda::TelemetryDrain(I.n, cap));
-  I.logs.open_events(path, nonfinite_as_null);
+  I.logs.open_events(path, nonfinite_as_null, append);
   I.drain = std::move(d);
 }
 
-void DeviceController::open_trace(const std::string& path) {
+void DeviceController::open_trace(const std::string& path, bool append, std::int64_t last_step) {
   Impl& I = *impl_;
   DeviceGuard g(I.device);
   if (I.tdrain) I.tdrain->flush(I.logs);
   std::unique_ptr<TraceDrain> d(new TraceDrain(I.n));
-  I.logs.open_trace(path);
+  I.logs.open_trace(path, append, last_step);
   I.tdrain = std::move(d);
 }
 

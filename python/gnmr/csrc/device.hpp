@@ -99,8 +99,8 @@ class DeviceController {
   void load(const std::uint8_t* data, std::size_t size);  // gnmr::StateError
   void reset();
 
-  void open_events(const std::string& path, bool nonfinite_as_null);
-  void open_trace(const std::string& path);
+  void open_events(const std::string& path, bool nonfinite_as_null, bool append = false);
+  void open_trace(const std::string& path, bool append = false, std::int64_t last_step = 0);
   void close_events();
   void close_trace();
   void flush();  // waits for every recorded step and writes it

@@ -41,10 +41,13 @@ class Logs {
   // The step of the last trace row written (0 before any).
   std::int64_t last_trace_step() const { return last_trace_step_; }
 
-  void open_events(const std::string& path, bool nonfinite_as_null) {
+  // append: continue a file this controller's previous core wrote (the
+  // Python controller moving to another device): no truncation, and no
+  // second header in the trace.
+  void open_events(const std::string& path, bool nonfinite_as_null, bool append = false) {
     // The new writer exists before the old one is closed: a failure
     // leaves the previous log as it was.
-    auto f = open(path, "events");
+    auto f = open(path, "events", append);
     gnmr::EventLogOptions o;
     o.nonfinite_as_null = nonfinite_as_null;
     std::unique_ptr<gnmr::EventLog> w(new gnmr::EventLog(*f, o));
@@ -52,13 +55,13 @@ class Logs {
     ev_file_ = std::move(f);
     ev_ = std::move(w);
   }
-  void open_trace(const std::string& path) {
-    auto f = open(path, "trace");
-    std::unique_ptr<gnmr::TraceWriter> w(new gnmr::TraceWriter(*f, names_));
+  void open_trace(const std::string& path, bool append = false, std::int64_t last_step = 0) {
+    auto f = open(path, "trace", append);
+    std::unique_ptr<gnmr::TraceWriter> w(new gnmr::TraceWriter(*f, names_, !append));
     close_trace();
     tr_file_ = std::move(f);
     tr_ = std::move(w);
-    last_trace_step_ = 0;
+    last_trace_step_ = append ? last_step : 0;
   }
   void close_events() {
     if (!ev_) return;
@@ -95,8 +98,9 @@ class Logs {
   }
 
  private:
-  static std::unique_ptr<std::ofstream> open(const std::string& path, const char* what) {
-    std::unique_ptr<std::ofstream> f(new std::ofstream(path, std::ios::binary | std::ios::trunc));
+  static std::unique_ptr<std::ofstream> open(const std::string& path, const char* what, bool append) {
+    std::unique_ptr<std::ofstream> f(
+        new std::ofstream(path, std::ios::binary | (append ? std::ios::app : std::ios::trunc)));
     if (!*f) throw IoError(std::string("gnmr: ") + what + ": cannot write '" + path + "'");
     return f;
   }

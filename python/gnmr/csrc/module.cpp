@@ -332,9 +332,14 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("name", &HostCore::name)
       .def_property_readonly("max_in_recovery", &HostCore::max_in_recovery)
       .def_property_readonly("num_units", &HostCore::num_units)
-      .def("open_events", [](HostCore& c, const std::string& p, bool null) { c.logs().open_events(p, null); })
+      .def("open_events", [](HostCore& c, const std::string& p, bool null,
+                             bool append) { c.logs().open_events(p, null, append); },
+           py::arg("path"), py::arg("nonfinite_as_null"), py::arg("append") = false)
       .def("close_events", [](HostCore& c) { c.logs().close_events(); })
-      .def("open_trace", [](HostCore& c, const std::string& p) { c.logs().open_trace(p); })
+      .def("open_trace", [](HostCore& c, const std::string& p, bool append,
+                            std::int64_t last) { c.logs().open_trace(p, append, last); },
+           py::arg("path"), py::arg("append") = false, py::arg("last_step") = 0)
+      .def_property_readonly("last_trace_step", [](HostCore& c) { return c.logs().last_trace_step(); })
       .def("close_trace", [](HostCore& c) { c.logs().close_trace(); })
       .def("flush", [](HostCore& c) { c.logs().flush(); });
 
@@ -373,10 +378,15 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("num_units", [](const CudaCore& c) { return c.device().num_units(); })
       .def_property_readonly("replans", &CudaCore::replans)
       .def_property_readonly("events_dropped", [](const CudaCore& c) { return c.device().events_dropped(); })
-      .def("open_events", [](CudaCore& c, const std::string& p, bool null) { c.device().open_events(p, null); })
+      .def("open_events", [](CudaCore& c, const std::string& p, bool null,
+                             bool append) { c.device().open_events(p, null, append); },
+           py::arg("path"), py::arg("nonfinite_as_null"), py::arg("append") = false)
       .def("close_events", [](CudaCore& c) { c.device().close_events(); })
-      .def("open_trace", [](CudaCore& c, const std::string& p) { c.device().open_trace(p); })
+      .def("open_trace", [](CudaCore& c, const std::string& p, bool append,
+                            std::int64_t last) { c.device().open_trace(p, append, last); },
+           py::arg("path"), py::arg("append") = false, py::arg("last_step") = 0)
       .def("close_trace", [](CudaCore& c) { c.device().close_trace(); })
+      .def_property_readonly("last_trace_step", [](CudaCore& c) { return c.device().last_trace_step(); })
       .def("flush", [](CudaCore& c) { c.device().flush(); });
 
   py::class_<HostAdamW>(m, "HostAdamW")

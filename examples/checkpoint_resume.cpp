@@ -1,33 +1,38 @@
-// examples/checkpoint_resume.cpp — checkpoint and resume a controller with
-// its state blob (gnmr/io/state.hpp), so that a restarted run decides exactly
-// as if it had never stopped.
+// examples/checkpoint_resume.cpp — checkpoint and resume the recommended
+// controller (gnmr::make_default) with save() / load(), so that a restarted
+// run decides exactly as if it had never stopped.
 //
 // Twelve units over 200 steps of a recorded-looking trace (deterministic
-// norms with spikes, a NaN, a burst). The controller is the gnmr-promote
-// preset by its typed alias. Three runs:
+// norms with spikes, a NaN, a burst). The controller is the preset
+// "default": the stabilizer on every unit with GNMR's calibrated trigger
+// inside it. Three runs:
 //   1. straight through, steps 1..200;
-//   2. steps 1..120, then gnmr::save_state() written to a file next to the
-//      model's checkpoint; step 120 is inside a lock, so the blob must carry
-//      it (a unit promoted for steps 116..123);
-//   3. a fresh controller in a "new process": gnmr::load_state() from that
+//   2. steps 1..120, then ctl->save() written to a file next to the model's
+//      checkpoint; step 120 is inside a lock, so the blob must carry it
+//      (unit 7 is granted at step 115 and promoted for steps 116..123);
+//   3. a fresh gnmr::make_default(12) in a "new process": load() from that
 //      file, then steps 121..200.
 // Run 3's decisions must equal run 1's bit for bit (the program exits
 // non-zero otherwise); a cold restart without the blob is shown to differ.
 // Then the failure modes: a corrupted byte, a truncated file and another
-// preset's blob are each refused with gnmr::StateError, whose message says
-// what is wrong, and the controller is left as it was.
+// preset's blob (stabilizer+gnmr-promote, the pair the default replaced)
+// are each refused with gnmr::StateError, whose message says what is
+// wrong, and the controller is left as it was.
 //
-// What the blob holds: every unit's mean, trigger history and lock, and the
-// step count; not the model, the optimizer or the data position, which the
-// training framework checkpoints as usual. Here the norms are a function of
-// the step, so the controller's state is all there is to resume.
-//
-// Expected output: docs/record/examples.md, "checkpoint_resume".
+// What the blob holds: both rules' state — the stabilizer's running moments
+// of every unit's norm, and GNMR's per-unit mean, calibration statistics
+// (the learned thresholds), trigger history and lock — and the step count,
+// each part versioned and checksummed; not the model, the optimizer or the
+// data position, which the training framework checkpoints as usual. Here
+// the norms are a function of the step, so the controller's state is all
+// there is to resume. The same calls work on every controller kind
+// (gnmr::save_state / gnmr::load_state are their free forms).
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -38,11 +43,12 @@ namespace {
 constexpr std::uint32_t kUnits = 12;
 constexpr int kSteps = 200, kCheckpoint = 120;
 
-using Controller = gnmr::presets::GnmrPromote;
-
 // The norm of unit u at step t: a slowly decaying level with noise, spikes
-// that make the controller act (one at step 115, so that step 120 is inside
-// its lock), a NaN at step 60 and a burst of five units at step 150.
+// that make the controller act (unit 3 at step 40; unit 7 at step 115, so
+// that step 120 is inside its lock, and again at 130), a NaN at step 60 and
+// a burst of five units at step 150 (a model-wide jump: the default holds
+// that step, grants nothing and clips all five). The first spike comes
+// after the 20 steps in which every unit calibrates its thresholds.
 float norm_at(int t, std::uint32_t u) {
   std::uint32_t h = static_cast<std::uint32_t>(t) * 0x9E3779B1u ^ (u + 1u) * 0x85EBCA77u;
   h ^= h >> 15, h *= 0x2C1B3C6Du, h ^= h >> 13;
@@ -54,7 +60,7 @@ float norm_at(int t, std::uint32_t u) {
   return n;
 }
 
-void step(Controller& c, int t) {
+void step(gnmr::DynController& c, int t) {
   std::vector<float> n(kUnits);
   for (std::uint32_t u = 0; u < kUnits; ++u) n[u] = norm_at(t, u);
   c.step_norms(n);
@@ -70,15 +76,15 @@ bool same(const std::vector<gnmr::UnitDecision>& a, const std::vector<gnmr::Unit
 }
 
 // Tries to load a bad blob: it must throw StateError and leave c unchanged.
-bool refused(Controller& c, const std::vector<std::uint8_t>& blob, const char* what) {
-  const std::vector<std::uint8_t> before = gnmr::save_state(c);
+bool refused(gnmr::DynController& c, const std::vector<std::uint8_t>& blob, const char* what) {
+  const std::vector<std::uint8_t> before = c.save();
   try {
-    gnmr::load_state(c, blob);
+    c.load(blob);
   } catch (const gnmr::StateError& e) {
-    std::printf("%-22s -> gnmr::StateError: %s\n", what, e.what());
-    return gnmr::save_state(c) == before;
+    std::printf("%-30s -> gnmr::StateError: %s\n", what, e.what());
+    return c.save() == before;
   }
-  std::printf("%-22s -> loaded (FAILED: it should have been refused)\n", what);
+  std::printf("%-30s -> loaded (FAILED: it should have been refused)\n", what);
   return false;
 }
 
@@ -91,50 +97,58 @@ int main() {
   };
 
   // 1. Straight through.
-  Controller straight = gnmr::presets::gnmr_promote(kUnits);
+  std::unique_ptr<gnmr::DynController> straight = gnmr::make_default(kUnits);
   std::vector<std::vector<gnmr::UnitDecision>> want;
   for (int t = 1; t <= kSteps; ++t) {
-    step(straight, t);
-    want.push_back(straight.decisions());
+    step(*straight, t);
+    want.push_back(straight->decisions());
   }
+  // What the comparison below relies on: the spikes were acted on, and the
+  // lock of step 115's grant runs past the checkpoint.
+  expect((want[115 - 1][7].flags & gnmr::kGranted) != 0, "unit 7's spike at step 115 is granted");
+  expect((want[kCheckpoint][7].flags & gnmr::kPromote) != 0, "unit 7 is still promoted after the checkpoint");
+  expect((want[40 - 1][3].flags & gnmr::kGranted) && (want[130 - 1][7].flags & gnmr::kGranted),
+         "the spikes at steps 40 and 130 are granted");
+  expect((want[60 - 1][9].flags & gnmr::kSkip) != 0, "the NaN at step 60 is skipped");
+  int burst = 0;
+  for (std::uint32_t u = 2; u <= 6; ++u)
+    burst += (want[150 - 1][u].flags & (gnmr::kTriggered | gnmr::kSystemic)) == (gnmr::kTriggered | gnmr::kSystemic);
+  expect(burst == 5, "the burst at step 150 is held: all five units triggered and bounded, none granted");
 
   // 2. Up to the checkpoint, then the blob goes to disk.
   const std::string path = "checkpoint_resume.gnmrstate";
   {
-    Controller first = gnmr::presets::gnmr_promote(kUnits);
-    for (int t = 1; t <= kCheckpoint; ++t) step(first, t);
+    auto first = gnmr::make_default(kUnits);
+    for (int t = 1; t <= kCheckpoint; ++t) step(*first, t);
     int locked = 0;
-    for (const gnmr::UnitReport& r : first.reports()) locked += r.lock_left > 0;
+    for (const gnmr::UnitReport& r : first->reports()) locked += r.lock_left > 0;
     std::printf("checkpoint at step %d: %d unit(s) in recovery (unit 7 promoted, %d lock steps left)\n",
-                kCheckpoint, locked, first.reports()[7].lock_left);
-    expect(locked > 0, "the checkpoint falls inside a lock");
-    const std::vector<std::uint8_t> blob = gnmr::save_state(first);
+                kCheckpoint, locked, first->reports()[7].lock_left);
+    expect(locked > 0 && first->reports()[7].lock_left > 0, "the checkpoint falls inside unit 7's lock");
+    const std::vector<std::uint8_t> blob = first->save();
     std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(blob.data()),
                                                 static_cast<std::streamsize>(blob.size()));
-    // What the blob declares (read_state_info checks it; no controller needed).
-    const gnmr::StateInfo info = gnmr::read_state_info(blob.data(), blob.size());
-    std::printf("saved %zu bytes to %s (%zu-byte header, %zu-byte policy identity \"%s\", %u-byte global "
-                "state, %u units x %zu bytes, checksum)\n",
-                blob.size(), path.c_str(), gnmr::kStateHeaderBytes, info.identity.size(), info.identity.c_str(),
-                info.global_bytes, kUnits, sizeof(Controller::UnitState));
+    std::printf("saved %zu bytes to %s (\"%s\": the stabilizer's and GNMR's states, each checksummed)\n",
+                blob.size(), path.c_str(), first->name().c_str());
   }
 
   // 3. A fresh controller resumes from the file.
   const std::vector<std::uint8_t> blob = read_file(path);
-  Controller resumed = gnmr::presets::gnmr_promote(kUnits);
-  gnmr::load_state(resumed, blob);
-  expect(resumed.steps_done() == kCheckpoint, "the step count comes back");
-  Controller cold = gnmr::presets::gnmr_promote(kUnits);  // a restart that forgot the blob
+  auto resumed = gnmr::make_default(kUnits);
+  resumed->load(blob);
+  expect(resumed->steps_done() == kCheckpoint, "the step count comes back");
+  auto cold = gnmr::make_default(kUnits);  // a restart that forgot the blob
   int differ = 0, cold_differ = 0;
   for (int t = kCheckpoint + 1; t <= kSteps; ++t) {
-    step(resumed, t);
-    step(cold, t);
-    differ += !same(resumed.decisions(), want[t - 1]);
-    cold_differ += !same(cold.decisions(), want[t - 1]);
+    step(*resumed, t);
+    step(*cold, t);
+    differ += !same(resumed->decisions(), want[t - 1]);
+    cold_differ += !same(cold->decisions(), want[t - 1]);
   }
   std::printf("resumed run, steps %d..%d: %d of %d steps differ from the uninterrupted run\n", kCheckpoint + 1,
               kSteps, differ, kSteps - kCheckpoint);
-  std::printf("cold restart without the blob: %d of %d steps differ (means, ratio history and locks lost)\n",
+  std::printf("cold restart without the blob: %d of %d steps differ (moments, means, learned thresholds and "
+              "locks lost)\n",
               cold_differ, kSteps - kCheckpoint);
   expect(differ == 0, "the resumed run decides exactly as the uninterrupted one");
   expect(cold_differ > 0, "without the blob the decisions change (so the comparison above can fail)");
@@ -142,12 +156,12 @@ int main() {
   // The failure modes: each refused with a message, nothing changed.
   std::printf("\n");
   std::vector<std::uint8_t> corrupt = blob;
-  corrupt[gnmr::kStateHeaderBytes + sizeof(Controller::UnitState) + 4] ^= 0x01u;  // one bit of unit 1's state
-  expect(refused(resumed, corrupt, "one flipped bit"), "a corrupted blob is refused and changes nothing");
-  expect(refused(resumed, std::vector<std::uint8_t>(blob.begin(), blob.end() - 10), "truncated file"),
+  corrupt[corrupt.size() - 20] ^= 0x01u;  // one bit of the last unit's state (the last 8 bytes are the checksum)
+  expect(refused(*resumed, corrupt, "one flipped bit"), "a corrupted blob is refused and changes nothing");
+  expect(refused(*resumed, std::vector<std::uint8_t>(blob.begin(), blob.end() - 10), "truncated file"),
          "a truncated blob is refused and changes nothing");
-  gnmr::presets::GnmrClip other = gnmr::presets::gnmr_clip(kUnits);
-  expect(refused(resumed, gnmr::save_state(other), "a gnmr-clip blob"), "another preset's blob is refused");
+  auto other = gnmr::presets::make("stabilizer+gnmr-promote", kUnits);
+  expect(refused(*resumed, other->save(), "a stabilizer+gnmr-promote blob"), "another preset's blob is refused");
   std::remove(path.c_str());
 
   std::printf(bad ? "checkpoint_resume: %d check(s) FAILED\n" : "checkpoint_resume: all checks passed\n", bad);

@@ -29,6 +29,18 @@
 // is deterministic for a given layout and GPU; it is not specified to give
 // the same bits on another GPU, which is why gnmr ships its own.
 //
+// Build outside CMake, from the repository root (what gnmr's CMake build
+// gives nvcc for this file: C++17, the include path and
+// -Xcompiler=-ffp-contract=off from the gnmr::gnmr target, -O3 for Release,
+// sm_90 by default: use your GPU's architecture):
+//   nvcc -std=c++17 -O3 -arch=sm_90 -I include -Xcompiler=-ffp-contract=off examples/cub_partials_cuda.cu
+// -Xcompiler=-ffp-contract=off keeps the host compiler from fusing a*b+c in
+// gnmr's host code (host and device decide alike bit for bit). nvcc needs
+// no -fmad=false for gnmr: its device arithmetic is gnmr::math's _rn
+// intrinsics, which nvcc never fuses. It does fuse this example's own
+// square into CUB's sum (an FMA per element), which moves CUB's partials in
+// their last bits only, within the tolerance checked above.
+//
 // Exit status: 0 all checks passed, 1 a check failed, 77 no usable CUDA
 // device (CTest: skipped). docs/cuda.md, "Partials from your own reduction".
 #include <cuda_runtime.h>

@@ -1,6 +1,9 @@
 // examples/custom_policies.cpp — the host controller in a plain C++ training
 // loop with a policy set of one's own: how to write a trigger and a recovery
-// action, and how to swap every other policy.
+// action, and how to swap every other policy. It builds a typed
+// GnmrController instead of the recommended gnmr::make_default because its
+// point is writing your own policies (for a controller to use as is, start
+// from spiky_trace.cpp).
 //
 //   GnmrController<RmsNorm,             norm: L2 / sqrt(elements), so units of any size compare
 //                  WindowMean<32>,      mean: the last 24 accepted norms

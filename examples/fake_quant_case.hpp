@@ -5,23 +5,30 @@
 // paths differ on every step).
 //
 // Two linear layers, units 0 (FP8 E4M3) and 1 (FP4 E2M1), one forward per
-// step; a GnmrController with the gnmr-promote policies steps on a trace of
-// norms in which unit 1 jumps tenfold at step kSpikeStep. The forward of
-// step s uses the decisions of step s-1 (docs/algorithm.md, Precision
-// promotion).
+// step; the recommended controller (gnmr::make_default here,
+// gnmr::cuda::make_default on the device: the same decisions bit for bit)
+// steps on a trace of norms in which unit 1 jumps tenfold at step
+// kSpikeStep, after the 20 samples in which the default's calibrated
+// trigger learns each unit's thresholds (a tenfold jump is below its
+// ceiling of 16x, the only rule while a unit calibrates). The default
+// grants it a slot: kPromote for the lock, steps kSpikeStep+1 ..
+// kSpikeStep+kLock. The forward of step s uses the decisions of step s-1
+// (docs/algorithm.md, Precision promotion).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "fake_quant.hpp"
-#include "gnmr/presets/typed.hpp"
+#include "gnmr/presets/make.hpp"
 
 namespace fq_case {
 
 constexpr std::uint32_t kIn = 64, kOut = 32, kBatch = 16, kUnits = 2;
-constexpr int kSteps = 24, kSpikeStep = 14;
+constexpr int kSteps = 32, kSpikeStep = 24;
+constexpr int kLock = 8;  // the default's lock: a grant at step g promotes steps g+1 .. g+kLock
 
 inline fq::Format format_of(std::uint32_t unit) { return unit == 0 ? fq::e4m3() : fq::e2m1(); }
 
@@ -80,18 +87,18 @@ struct Replay {
 
 inline Replay replay(const Case& c) {
   Replay r;
-  gnmr::presets::GnmrPromote ctl = gnmr::presets::gnmr_promote(kUnits);
+  const std::unique_ptr<gnmr::DynController> ctl = gnmr::make_default(kUnits);
   for (int s = 1; s <= kSteps; ++s) {
     std::vector<bool> p(kUnits);
     std::vector<std::vector<float>> y(kUnits);
     for (std::uint32_t u = 0; u < kUnits; ++u) {
       // Before step 1 there are no decisions: every unit runs low.
-      p[u] = s > 1 && (ctl.decisions()[u].flags & gnmr::kPromote) != 0u;
+      p[u] = s > 1 && (ctl->decisions()[u].flags & gnmr::kPromote) != 0u;
       y[u] = forward(c, u, s, p[u]);
     }
     r.promoted.push_back(p);
     r.y.push_back(y);
-    ctl.step_norms(c.norms_at(s), kUnits);
+    ctl->step_norms(c.norms_at(s), kUnits);
   }
   return r;
 }

@@ -15,6 +15,15 @@
 // for bit, and equal the host emulation (tests/reference/unit_partials.hpp)
 // bit for bit. Then an Inf is planted and found.
 //
+// Build outside CMake, from the repository root (what gnmr's CMake build
+// gives nvcc for this file: C++17, the include path and
+// -Xcompiler=-ffp-contract=off from the gnmr::gnmr target, -O3 for Release,
+// sm_90 by default: use your GPU's architecture):
+//   nvcc -std=c++17 -O3 -arch=sm_90 -I include -Xcompiler=-ffp-contract=off examples/fused_unscale_cuda.cu
+// nvcc needs no -fmad=false: the unscale (example::UnscaleCheck) and gnmr's
+// sums go through gnmr::math, whose device forms are the _rn intrinsics
+// nvcc never fuses, so the bit-for-bit comparisons hold either way.
+//
 // Exit status: 0 all checks passed, 1 a check failed, 77 no usable CUDA
 // device (CTest: skipped).
 #include <cuda_runtime.h>

@@ -1,5 +1,7 @@
 // examples/promote_fake_quant.cpp — precision promotion in a training loop,
-// on the host, with nothing but gnmr and the standard library.
+// on the host, with nothing but gnmr and the standard library: how a
+// framework reads kPromote from the recommended controller
+// (gnmr::make_default) and runs a promoted operator in high precision.
 //
 // A two-layer regression (8 -> 16 -> 4, ReLU) learns a fixed teacher network
 // with hand-written gradients and SGD with momentum. Its GEMMs run
@@ -10,18 +12,24 @@
 // of LLMs): through layer 1 it becomes an outlier in layer 2's input, whose
 // per-tensor FP4 scale then rounds every ordinary activation to zero.
 //
-// The same run is made three times: everything in fp32 (the reference),
-// low precision with GNMR clipping only (preset gnmr-clip), and low
-// precision with GNMR clipping plus promotion (gnmr-promote). In the last,
-// a unit whose decision after step s carries kPromote runs step s+1's
-// forward and backward in fp32 (docs/algorithm.md, Precision promotion), so
-// a grant at step t promotes steps t+1 .. t+lock. The program prints which
-// steps ran which layer in high precision, then checks, and exits non-zero
-// if any check fails:
+// The same run is made three times, each under the same controller, the
+// preset "default" (the stabilizer with GNMR's calibrated trigger inside
+// it, which clips a granted unit to its mean and sets kPromote for the
+// lock): everything in fp32 (the reference); low precision with kPromote
+// ignored (what a framework that does not read the flag gets: the default's
+// clipping alone); and low precision with kPromote read. In the last, a
+// unit whose decision after step s carries kPromote runs step s+1's forward
+// and backward in fp32 (docs/algorithm.md, Precision promotion), so a grant
+// at step t promotes steps t+1 .. t+lock. The default grants at most one
+// unit a step: the outliers trigger both layers at step 80, layer 1 gets
+// the grant and layer 2 is denied (clipped to its trigger's threshold),
+// then granted at step 81, when it triggers again.
+// The program prints which steps ran which layer in high precision, then
+// checks, and exits non-zero if any check fails:
 //   - the promoted steps are exactly g+1 .. g+lock for every grant g;
 //   - layer 2, the FP4 operator the outlier feeds, was promoted during the
 //     outlier window;
-//   - promotion kept the validation loss over the window lower than
+//   - promotion kept the mean batch loss over the window lower than
 //     clipping alone did.
 //
 // Expected output (x86-64, glibc; the figures are this program's own):
@@ -134,7 +142,10 @@ float mse(const std::vector<float>& y, const std::vector<float>& t) {
   return static_cast<float>(s / (y.size() / kOut));
 }
 
+// kFp32: every forward in fp32. kClip: low precision, the decisions' scales
+// and skips applied, kPromote ignored. kPromote: the same, kPromote read.
 enum class Mode { kFp32, kClip, kPromote };
+constexpr int kLock = 8;  // the default's lock (gnmr-calibrated's budget, MaxO{4, 8, 0})
 
 struct Run {
   std::vector<float> loss;                      // per step: the batch loss of the forward that ran
@@ -160,7 +171,7 @@ Run train(Mode mode) {
       {net.l2.dW.data(), net.l2.dW.size(), gnmr::DType::kF32, 1},
       {net.l2.db.data(), net.l2.db.size(), gnmr::DType::kF32, 1}};
   std::vector<float> partials(2);
-  auto ctl = gnmr::presets::make(mode == Mode::kPromote ? "gnmr-promote" : "gnmr-clip", 2);
+  auto ctl = gnmr::make_default(2);  // the recommended controller, the same in every run
 
   Run run;
   for (int t = 1; t <= kSteps; ++t) {
@@ -169,7 +180,7 @@ Run train(Mode mode) {
     // promoted_units(): the units whose decision carries kPromote, ascending,
     // no allocation (decisions()[u].flags & gnmr::kPromote reads one unit).
     bool hp[2] = {mode == Mode::kFp32, mode == Mode::kFp32};
-    if (t > 1)
+    if (mode == Mode::kPromote && t > 1)
       for (std::uint32_t u : ctl->promoted_units()) hp[u] = true;
     run.high.push_back({hp[0], hp[1]});
 
@@ -221,11 +232,11 @@ double window_mean(const std::vector<float>& v) {
 
 int main() {
   const Run hi = train(Mode::kFp32), clip = train(Mode::kClip), prom = train(Mode::kPromote);
-  const int lock = gnmr::MaxO{}.lock;
+  const int lock = kLock;
 
   std::printf("two-layer regression, layer 1 %s, layer 2 %s; outlier feature at steps %d..%d\n\n",
               fq::format_name(fq::e4m3()), fq::format_name(fq::e2m1()), kOutlierFrom, kOutlierTo);
-  std::printf("step | batch loss: fp32  gnmr-clip  gnmr-promote | gnmr-promote: layer 1  layer 2 | granted\n");
+  std::printf("step | batch loss: fp32  clip only  clip+promote | clip+promote: layer 1  layer 2 | granted\n");
   for (int t = kOutlierFrom - 2; t <= kOutlierTo + 3; ++t) {
     std::string g;
     for (std::uint32_t u = 0; u < 2; ++u)
@@ -234,14 +245,14 @@ int main() {
                 prom.loss[t - 1], prom.high[t - 1][0] ? "fp32" : "low", prom.high[t - 1][1] ? "fp32" : "low",
                 g.c_str());
   }
-  std::printf("\nhigh-precision steps (gnmr-promote): layer 1: %s; layer 2: %s\n", hp_steps(prom, 0).c_str(),
+  std::printf("\nhigh-precision steps (clip+promote): layer 1: %s; layer 2: %s\n", hp_steps(prom, 0).c_str(),
               hp_steps(prom, 1).c_str());
   const double w_hi = window_mean(hi.loss), w_clip = window_mean(clip.loss), w_prom = window_mean(prom.loss);
-  std::printf("mean batch loss over steps %d..%d: fp32 %.4f, gnmr-clip %.4f, gnmr-promote %.4f "
+  std::printf("mean batch loss over steps %d..%d: fp32 %.4f, clip only %.4f, clip+promote %.4f "
               "(%.0f%% of the gap closed)\n",
               kOutlierFrom, kOutlierTo, w_hi, w_clip, w_prom, 100.0 * (w_clip - w_prom) / (w_clip - w_hi));
-  std::printf("validation loss at step %d (fp32 forward, clean data): fp32 %.4f, gnmr-clip %.4f, "
-              "gnmr-promote %.4f\n\n",
+  std::printf("validation loss at step %d (fp32 forward, clean data): fp32 %.4f, clip only %.4f, "
+              "clip+promote %.4f\n\n",
               kSteps, hi.val_loss, clip.val_loss, prom.val_loss);
 
   // Checks. 1: the lifetime — step s ran unit u in high precision iff some

@@ -1,23 +1,35 @@
 // examples/promote_fake_quant_cuda.cu — a fake-quantized linear layer on the
-// GPU that runs in fp32 while gnmr has its unit promoted, next to its CPU
-// reference (fake_quant_case.hpp).
+// GPU that runs in fp32 while the recommended controller
+// (gnmr::cuda::make_default) has its unit promoted, next to its CPU
+// reference (fake_quant_case.hpp): how a forward kernel reads kPromote
+// through gnmr::cuda::unit_promoted.
 //
 // Two linear layers (units 0 and 1; layer 0 FP8 E4M3, layer 1 FP4 E2M1)
-// run a forward every step, and a DeviceController with the gnmr-promote
-// policies (ClipToMean + PromotePrecision) steps on a trace of norms in
-// which unit 1 jumps tenfold at step 14. Per step, on one stream and with no
-// host synchronisation:
+// run a forward every step, and the default controller steps on a trace of
+// norms in which unit 1 jumps tenfold at step 24 (after the 20 steps in
+// which the default's calibrated trigger learns each unit's thresholds).
+// Per step, on one stream and with no host synchronisation:
 //
 //   amax kernel   per-tensor amax of W and x (taken every step, promoted or not)
 //   forward       y = Q(W) Q(x) + b, or W x + b where unit_promoted() says so
-//   ctl.step      the controller's decisions for this step
+//   ctl->step     the controller's decisions for this step
 //
 // so the forward of step s reads the decisions of step s-1, and a grant at
 // step t promotes steps t+1 .. t+lock (docs/algorithm.md, Precision
 // promotion). The program then compares every output with the CPU replay
-// bit for bit and checks that unit 1 ran in fp32 exactly at steps 15..22
+// bit for bit and checks that unit 1 ran in fp32 exactly at steps 25..32
 // and unit 0 never; the replay's two paths differ on every step (a unit
 // test checks that on the CPU), so equal bits say which path the kernel took.
+//
+// Build outside CMake, from the repository root (what gnmr's CMake build
+// gives nvcc for this file: C++17, the include path and
+// -Xcompiler=-ffp-contract=off from the gnmr::gnmr target, -O3 for Release,
+// sm_90 by default: use your GPU's architecture):
+//   nvcc -std=c++17 -O3 -arch=sm_90 -I include -Xcompiler=-ffp-contract=off examples/promote_fake_quant_cuda.cu
+// -Xcompiler=-ffp-contract=off stops the host compiler from fusing a*b+c
+// in the CPU reference; nvcc needs no -fmad=false: the quantizer and the
+// dot product (fake_quant.hpp) are exact or go through gnmr::math, whose
+// device forms are the _rn intrinsics nvcc never fuses.
 //
 // Exit status: 0 all checks passed, 1 a check failed, 77 no usable CUDA
 // device (CTest: skipped). Expected output: docs/record/examples.md.
@@ -31,14 +43,11 @@
 #include "example_cuda.cuh"
 #include "fake_quant_case.hpp"
 #include "gnmr/cuda/accessors.cuh"
-#include "gnmr/cuda/controller.cuh"
-#include "gnmr/presets/typed.hpp"
+#include "gnmr/cuda/presets.cuh"
 
 namespace {
 
 using namespace fq_case;
-// The gnmr-promote policies on the device, by their typed alias.
-using DevCtl = gnmr::presets::GnmrWith<gnmr::presets::ClipAndPromote, gnmr::cuda::DeviceController>;
 
 // max |x| of one tensor into *out: one block, a fixed tree (max is exact,
 // so any order would give these bits; the fixed one costs nothing).
@@ -99,7 +108,7 @@ int main() {
     return 1;
   }
 
-  DevCtl ctl(kUnits);  // docs/algorithm.md defaults: tau 3, warm-up 10, maxO 4, lock 8; kappa 1
+  auto ctl = gnmr::cuda::make_default(kUnits);  // the recommended controller (gnmr::make_default on the host)
   cudaStream_t st;
   EXAMPLE_CUDA_OK(cudaStreamCreate(&st));
   for (int s = 1; s <= kSteps; ++s) {
@@ -110,11 +119,11 @@ int main() {
       amax_kernel<<<1, 256, 0, st>>>(x, kBatch * kIn, am + 1);
       // Before step 1 the decision array is zeroed by the controller: no kPromote.
       fake_quant_linear<<<(kBatch * kOut + 127) / 128, 128, 0, st>>>(
-          dW[u], dB[u], x, am, format_of(u), ctl.decisions(), u,
+          dW[u], dB[u], x, am, format_of(u), ctl->decisions(), u,
           dY + (static_cast<std::size_t>(s - 1) * kUnits + u) * out_elems);
     }
     EXAMPLE_CUDA_OK(cudaGetLastError());
-    EXAMPLE_CUDA_OK(ctl.step_norms(dN + (s - 1) * kUnits, st));
+    EXAMPLE_CUDA_OK(ctl->step_norms(dN + (s - 1) * kUnits, st));
   }
   EXAMPLE_CUDA_OK(cudaStreamSynchronize(st));
   std::vector<float> Y(kSteps * kUnits * out_elems);
@@ -138,10 +147,10 @@ int main() {
     std::printf(fp32_steps[u].empty() ? " none\n" : "\n");
   }
   std::vector<int> want1;
-  for (int s = kSpikeStep + 1; s <= kSpikeStep + gnmr::MaxO{}.lock; ++s) want1.push_back(s);
+  for (int s = kSpikeStep + 1; s <= kSpikeStep + kLock; ++s) want1.push_back(s);
   if (!fp32_steps[0].empty() || fp32_steps[1] != want1) {
     std::printf("CHECK FAILED: expected unit 1 in fp32 at steps %d..%d and unit 0 never\n", kSpikeStep + 1,
-                kSpikeStep + gnmr::MaxO{}.lock);
+                kSpikeStep + kLock);
     ++bad;
   }
   for (float* p : {dW[0], dW[1], dB[0], dB[1], dX, dN, dY, dAmax}) cudaFree(p);

@@ -8,28 +8,35 @@
 // unit 1: another weight and bias, unit 2: an embedding), synthetic
 // gradients g = 0.1 p + noise, and three faults: unit 1's gradient x40 at
 // step 30, a NaN in unit 2 at step 45, unit 0's gradient x25 at step 60.
-// The controller: GNMR's signal with ClipToMean + ResetMoments, so the
-// decisions exercise a clip with a momentum reset on each grant (steps 30
-// and 60) and a skip (45).
+// The controller is the recommended one, the preset "default"
+// (gnmr::make_default here, gnmr::cuda::make_default on the device: the
+// same decisions bit for bit on the same partials). Its stabilizer scales
+// every unit on every step, and GNMR's calibrated trigger inside it (whose
+// learned rules judge from each unit's 21st sample: both spikes come after)
+// grants each spike a slot, one at a time: the unit's gradient is clipped
+// to its mean on top of the stabilizer's scale and its operator promoted
+// (kPromote) for the lock's 8 steps. So the run exercises two grants
+// (steps 30 and 60) and a skip (45). The default never asks for a momentum
+// reset (kResetMoments: its recovery is clip and promote); sgd_momentum.hpp
+// honours one anyway, for the presets that do (tests/unit checks the rule).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "gnmr/core/math.hpp"
 #include "gnmr/plan/norm_plan.hpp"
-#include "gnmr/presets/typed.hpp"
+#include "gnmr/presets/make.hpp"
 #include "../tests/reference/unit_partials.hpp"
 #include "sgd_momentum.hpp"
 
 namespace sgd_case {
 
 constexpr std::uint32_t kUnits = 3, kTensors = 5;
-constexpr int kSteps = 80, kSpikeStep = 30, kNanStep = 45, kResetStep = 60;
-
-using Recovery = gnmr::Compose<gnmr::ClipToMean, gnmr::ResetMoments>;
-using HostCtl = gnmr::presets::GnmrWith<Recovery>;
+constexpr int kSteps = 80, kSpikeStep = 30, kNanStep = 45, kSecondSpikeStep = 60;
+constexpr int kLock = 8;  // the default's lock: a grant at step g promotes steps g+1 .. g+kLock
 
 struct Spec {
   std::uint32_t numel, unit;
@@ -56,7 +63,7 @@ GNMR_HOST_DEVICE float grad(std::int64_t t, std::uint32_t k, std::uint32_t unit,
                             float p) {
   float g = gnmr::math::add(gnmr::math::mul(0.1f, p), gnmr::math::mul(level, noise(static_cast<std::uint32_t>(t), k, i)));
   if (t == kSpikeStep && unit == 1) g = gnmr::math::mul(g, 40.0f);
-  if (t == kResetStep && unit == 0) g = gnmr::math::mul(g, 25.0f);
+  if (t == kSecondSpikeStep && unit == 0) g = gnmr::math::mul(g, 25.0f);
   if (t == kNanStep && k == 4 && i == 10) g = gnmr::nan_f();
   return g;
 }
@@ -68,6 +75,7 @@ GNMR_HOST_DEVICE float grad(std::int64_t t, std::uint32_t k, std::uint32_t unit,
 // 16-byte aligned here (cudaMalloc gives 256, the vectors are checked).
 struct Replay {
   std::vector<std::vector<float>> p, buf;
+  std::vector<float> partials;                // kSteps x kUnits: each unit's sum of squares
   std::vector<gnmr::UnitDecision> decisions;  // kSteps x kUnits
   std::vector<gnmr::StepSummary> summaries;
   bool aligned = true;
@@ -88,17 +96,18 @@ inline Replay replay() {
     segs.push_back({g[k].data(), sp[k].numel, gnmr::DType::kF32, sp[k].unit});
   }
   const gnmr::detail::NormLayout L = gnmr::detail::build_norm_layout(segs.data(), segs.size(), kUnits);
-  HostCtl ctl(kUnits);
+  const std::unique_ptr<gnmr::DynController> ctl = gnmr::make_default(kUnits);
   for (int t = 1; t <= kSteps; ++t) {
     for (std::uint32_t k = 0; k < kTensors; ++k)
       for (std::uint32_t i = 0; i < sp[k].numel; ++i) g[k][i] = grad(t, k, sp[k].unit, sp[k].level, i, r.p[k][i]);
     const std::vector<float> partials = gnmr::reference::emulate_unit_partials<gnmr::L2Norm>(L);
-    const gnmr::StepSummary s = ctl.step(partials);
+    const gnmr::StepSummary s = ctl->step(partials);
+    r.partials.insert(r.partials.end(), partials.begin(), partials.end());
     r.summaries.push_back(s);
-    r.decisions.insert(r.decisions.end(), ctl.decisions().begin(), ctl.decisions().end());
-    if (s.skip_step) continue;  // a suggested global skip: nothing moves (not used by this recovery)
+    r.decisions.insert(r.decisions.end(), ctl->decisions().begin(), ctl->decisions().end());
+    if (s.skip_step) continue;  // a suggested global skip: nothing moves (the default never suggests one)
     for (std::uint32_t k = 0; k < kTensors; ++k) {
-      const gnmr::UnitDecision d = ctl.decisions()[sp[k].unit];
+      const gnmr::UnitDecision d = ctl->decisions()[sp[k].unit];
       for (std::uint32_t i = 0; i < sp[k].numel; ++i) sgdm::update(h, d, r.p[k][i], r.buf[k][i], g[k][i]);
     }
   }

@@ -8,7 +8,9 @@
 //   kSkip          leave p and the momentum buffer exactly as they are; a
 //                  select, never a multiply: the gradient may be NaN
 //   kResetMoments  zero the momentum buffer before this step's update
-//   scale          multiply the gradient (1 outside recovery, the clip inside)
+//   scale          multiply the gradient, always: the default's stabilizer
+//                  sets every unit's scale on every step (GNMR's own presets
+//                  leave 1 outside recovery and put the clip inside)
 // A kernel normally tests kSkip once per block and returns (nothing read);
 // update() tests it again so that the element rule holds on its own.
 #pragma once

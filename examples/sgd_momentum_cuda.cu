@@ -1,7 +1,9 @@
-// examples/sgd_momentum_cuda.cu — gnmr inside an optimizer of one's own:
-// SGD with momentum as a CUDA kernel that reads the controller's decisions
-// through the __device__ accessors (gnmr/cuda/accessors.cuh), with
-// gnmr::cuda::NormPlan and a DeviceController around it.
+// examples/sgd_momentum_cuda.cu — the recommended controller inside an
+// optimizer of one's own: SGD with momentum as a CUDA kernel that reads
+// gnmr::cuda::make_default's decisions through the __device__ accessors
+// (gnmr/cuda/accessors.cuh), with the partials from gnmr::cuda::NormPlan.
+// Copy it when your framework has its own optimizer kernels (for AdamW,
+// gnmr/cuda/adamw.cuh is ready made).
 //
 // One training step, all on one stream, captured once in a CUDA graph and
 // replayed kSteps times (no allocation, no host synchronisation, no copy to
@@ -9,18 +11,43 @@
 //
 //   make_grads        the "backward": synthetic gradients (sgd_case.hpp)
 //   unit_partials     NormPlan: per-unit sums of squares, one launch
-//   ctl.step          DeviceController: the decisions of this step
+//   ctl->step         the default controller (DefaultDeviceController: the
+//                     stabilizer inside GNMR's calibrated trigger, two
+//                     launches): the decisions of this step
 //   sgd_momentum      the user's optimizer: per block, one 8-byte load of
 //                     its unit's decision, then skip (a select: return
-//                     before reading anything), reset the momentum, scale
+//                     before reading anything), reset the momentum if asked,
+//                     scale the gradient
 //   record            keeps each step's decisions, to compare afterwards
+//
+// The default scales every unit on every step (the stabilizer sets each
+// unit's gradient norm), so the kernel always multiplies by grad_scale(d);
+// on a spike GNMR grants the unit a slot, clips it further and sets
+// kPromote for the lock. kPromote is for the unit's operator's next forward
+// and backward (promote_fake_quant_cuda.cu reads it in a kernel); an
+// optimizer has nothing to do with it. The faults (sgd_case.hpp): unit 1
+// x40 at step 30 and unit 0 x25 at step 60 (each granted), a NaN in unit 2
+// at step 45 (skipped).
 //
 // The step number the gradient generator needs comes from the controller's
 // own device counter, so the captured graph is replayed as is. Afterwards
 // the program compares, bit for bit, every step's decisions and the final
 // parameters and momentum buffers with the CPU reference (sgd_case.hpp:
-// the same functions, the controller on the host and the norm kernel's
-// order emulated), and prints what the controller did.
+// the same functions, gnmr::make_default on the host and the norm kernel's
+// order emulated), checks that the run granted and skipped what the header
+// says, and prints what the controller did.
+//
+// Build outside CMake, from the repository root (what gnmr's CMake build
+// gives nvcc for this file: C++17, the include path and
+// -Xcompiler=-ffp-contract=off from the gnmr::gnmr target, -O3 for Release,
+// sm_90 by default: use your GPU's architecture):
+//   nvcc -std=c++17 -O3 -arch=sm_90 -I include -Xcompiler=-ffp-contract=off examples/sgd_momentum_cuda.cu
+// -Xcompiler=-ffp-contract=off stops the host compiler from fusing a*b+c
+// into an FMA: the CPU reference must round every operation as the device
+// does. nvcc needs no -fmad=false: gnmr's device arithmetic, and this
+// example's, goes through gnmr::math, whose device forms are the _rn
+// intrinsics nvcc never fuses; the one FMA nvcc forms here (in noise(), an
+// integer times 2^-23 minus 1) is exact, so it gives the same bits.
 //
 // Exit status: 0 all checks passed, 1 a check failed, 77 no usable CUDA
 // device (CTest: skipped). Expected output: docs/record/examples.md.
@@ -33,14 +60,13 @@
 
 #include "example_cuda.cuh"
 #include "gnmr/cuda/accessors.cuh"
-#include "gnmr/cuda/controller.cuh"
+#include "gnmr/cuda/presets.cuh"
 #include "gnmr/cuda/unit_norms.cuh"
 #include "sgd_case.hpp"
 
 namespace {
 
 using namespace sgd_case;
-using DevCtl = gnmr::presets::GnmrWith<Recovery, gnmr::cuda::DeviceController>;
 
 // What the kernels know of a parameter tensor (uploaded once).
 struct DevTensor {
@@ -108,7 +134,7 @@ int main() {
 
   // Setup: the plan and the controller allocate here, once.
   gnmr::cuda::NormPlan plan(segs, kUnits);
-  DevCtl ctl(kUnits);  // GNMR's defaults: tau 3, delta 1.5, warm-up 10, maxO 4, lock 8
+  auto ctl = gnmr::cuda::make_default(kUnits);  // the recommended controller (gnmr::make_default on the host)
   const sgdm::Hyper h = hyper();
   const dim3 grid(8, kTensors), block(256);
 
@@ -117,11 +143,11 @@ int main() {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   EXAMPLE_CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-  make_grads<<<grid, block, 0, st>>>(d_ts, ctl.steps_done_device());
+  make_grads<<<grid, block, 0, st>>>(d_ts, ctl->steps_done_device());
   EXAMPLE_CUDA_OK(gnmr::cuda::unit_partials<gnmr::L2Norm>(plan, d_partials, st));
-  EXAMPLE_CUDA_OK(ctl.step(d_partials, st));
-  sgd_momentum<<<grid, block, 0, st>>>(d_ts, h, ctl.decisions(), ctl.summary());
-  record<<<1, 32, 0, st>>>(ctl.decisions(), ctl.steps_done_device(), d_history);
+  EXAMPLE_CUDA_OK(ctl->step(d_partials, st));
+  sgd_momentum<<<grid, block, 0, st>>>(d_ts, h, ctl->decisions(), ctl->summary());
+  record<<<1, 32, 0, st>>>(ctl->decisions(), ctl->steps_done_device(), d_history);
   EXAMPLE_CUDA_OK(cudaStreamEndCapture(st, &graph));
   EXAMPLE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   for (int t = 1; t <= kSteps; ++t) EXAMPLE_CUDA_OK(cudaGraphLaunch(exec, st));
@@ -150,14 +176,27 @@ int main() {
       ++bad;
     }
   }
+  // What the device's run did (its decisions, which equal the reference's
+  // when the check above passed): the header's two grants and one skip.
+  int grants = 0, skips = 0, promoted = 0;
   for (int t = 1; t <= kSteps; ++t)
     for (std::uint32_t u = 0; u < kUnits; ++u) {
-      const gnmr::UnitDecision d = ref.decisions[(t - 1) * kUnits + u];
+      const gnmr::UnitDecision d = hist[(t - 1) * kUnits + u];
+      grants += (d.flags & gnmr::kGranted) != 0u;
+      skips += (d.flags & gnmr::kSkip) != 0u;
+      promoted += (d.flags & gnmr::kPromote) != 0u;
       if (d.flags & (gnmr::kGranted | gnmr::kNonFinite))
-        std::printf("step %2d unit %u: %s%s%s scale %.4f\n", t, u, (d.flags & gnmr::kGranted) ? "granted, clipped" : "",
-                    (d.flags & gnmr::kResetMoments) ? ", momentum reset" : "",
-                    (d.flags & gnmr::kNonFinite) ? "non-finite gradient, update skipped" : "", d.scale);
+        std::printf("step %2d unit %u: %s scale %.4g\n", t, u,
+                    (d.flags & gnmr::kGranted) ? "spike granted: clipped to its mean on top of the stabilizer, promoted;"
+                                               : "non-finite gradient, update skipped;",
+                    static_cast<double>(d.scale));
     }
+  std::printf("%d unit-steps carried kPromote (the lock after each grant)\n", promoted);
+  if (grants != 2 || skips != 1 || promoted != 2 * kLock) {
+    std::printf("CHECK FAILED: %d grants, %d skips, %d promoted unit-steps (expected 2, 1, %d)\n", grants, skips,
+                promoted, 2 * kLock);
+    ++bad;
+  }
 
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

@@ -1,78 +1,162 @@
-// examples/spiky_trace.cpp — the smallest complete use of gnmr.
+// examples/spiky_trace.cpp — the smallest complete use of gnmr: the
+// recommended controller, gnmr::make_default(n), over a trace of gradient
+// norms, and what it did on each spike.
 //
-// Sixteen units with slowly decaying, noisy gradient norms; now and then one
-// unit spikes (alone, or several at once), and once a norm is NaN. The
-// default GnmrController<> runs over the trace and the program prints, step
-// by step, what it did: who triggered, who got one of the maxO = 4 slots,
-// who was denied, the clip scale each unit in recovery received. A run with
-// no spikes injected is printed alongside to show that a quiet run is left
-// alone.
+// Sixteen units with slowly decaying, noisy gradient norms; now and then
+// one unit spikes (alone, or several at once), and once a norm is NaN. The
+// controller is the preset "default" (docs/presets.md, "The default"): the
+// stabilizer (Stable-SPAM's per-unit gradient normalisation) scales every
+// unit on every step, and GNMR's calibrated trigger inside it clips and
+// promotes the unit that spikes. So a scale of 1 never means "nothing
+// happened": what GNMR did is in the flags (kTriggered, kGranted, kPromote,
+// kSkip, ...), and that is what this program prints and checks. The
+// injected events, and what the default does with each:
+//
+//   step  10  unit 0 x30      a ratio above the ceiling (16x its mean) fires
+//                             from step 2, before the unit's 20 calibration
+//                             samples: granted, clipped, promoted for 8 steps
+//   step  40  unit 3 x8       the unit's learned rule fires (a ratio above
+//                             the floor, 2x): granted and promoted
+//   step  41  unit 3 x6       again, inside its lock: clipped, no second slot
+//   step  80  6 units x5      more than max(2, 10% of 16) units at once: a
+//                             model-wide jump, the step is held (no grant),
+//                             each unit clipped to its trigger's threshold
+//   step 120  unit 2 NaN      skipped (kSkip, scale 0): a select, never a
+//                             multiply; the NaN never reaches a statistic
+//   step 150  units 5, 10 x4  two at once: one grant a step, to the riskier;
+//                             the other is denied and clipped to its threshold
+//
+// A run without spikes is made alongside: GNMR never triggers on it (the
+// stabilizer still scales every unit). The program exits non-zero, after
+// printing CHECK FAILED, when any of the above does not happen, when a unit
+// triggers where no spike was injected, or when a spiking unit leaves its
+// step with a larger applied norm (scale x norm) than on its last calm step
+// (the stabilizer alone lets a spike through slightly larger; GNMR's clip
+// is what bounds it).
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
-#include <random>
 #include <vector>
 
 #include "gnmr/gnmr.hpp"
 
 namespace {
 
-constexpr int kUnits = 16;
+constexpr std::size_t kUnits = 16;
 constexpr int kSteps = 200;
+int failures = 0;
+
+void check(bool ok, int step, const char* what) {
+  if (!ok) {
+    std::printf("CHECK FAILED at step %d: %s\n", step, what);
+    ++failures;
+  }
+}
 
 struct Spike {
   int step;
-  std::vector<int> units;
+  std::vector<std::size_t> units;
   float factor;  // 0 means NaN
 };
 
-std::vector<float> norms_at(int t, std::mt19937& rng, const std::vector<Spike>& spikes) {
-  std::normal_distribution<float> noise(0.0f, 0.05f);
+// Noise in [-1, 1) from a hash of (step, unit): the same trace with every
+// compiler and standard library (<random>'s distributions are not).
+float noise(int t, std::size_t u) {
+  std::uint32_t h = static_cast<std::uint32_t>(t) * 0x9E3779B1u ^ static_cast<std::uint32_t>(u + 1) * 0x85EBCA77u;
+  h ^= h >> 15, h *= 0x2C1B3C6Du, h ^= h >> 12, h *= 0x297A2D39u, h ^= h >> 15;
+  return static_cast<float>(h >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+std::vector<float> norms_at(int t, const std::vector<Spike>& spikes) {
   std::vector<float> n(kUnits);
-  for (int i = 0; i < kUnits; ++i) {
-    const float level = (1.0f + 0.2f * static_cast<float>(i)) * std::exp(-t / 400.0f);
-    n[i] = level * (1.0f + noise(rng));
+  for (std::size_t u = 0; u < kUnits; ++u) {
+    const float level = (1.0f + 0.2f * static_cast<float>(u)) * std::exp(-static_cast<float>(t) / 400.0f);
+    n[u] = level * (1.0f + 0.05f * noise(t, u));
   }
   for (const Spike& s : spikes)
     if (s.step == t)
-      for (int u : s.units) n[u] = s.factor == 0.0f ? std::nanf("") : n[u] * s.factor;
+      for (std::size_t u : s.units) n[u] = s.factor == 0.0f ? std::nanf("") : n[u] * s.factor;
   return n;
 }
 
+bool spiked(const std::vector<Spike>& spikes, int t, std::size_t u) {
+  for (const Spike& s : spikes)
+    if (s.step == t)
+      for (std::size_t v : s.units)
+        if (v == u) return true;
+  return false;
+}
+
 void print_step(int t, const gnmr::StepSummary& s, const std::vector<gnmr::UnitReport>& rep) {
-  std::printf("step %3d  triggered %u  granted %u  in recovery %u  denied %u  non-finite %u\n", t,
-              s.triggered, s.granted, s.in_recovery, s.denied, s.nonfinite);
-  for (int i = 0; i < kUnits; ++i) {
-    const gnmr::UnitReport& r = rep[i];
-    if (!(r.flags & (gnmr::kTriggered | gnmr::kNonFinite | gnmr::kGranted))) continue;
+  std::printf("step %3d  triggered %u  granted %u  denied %u  non-finite %u%s\n", t, s.triggered, s.granted, s.denied,
+              s.nonfinite, s.systemic == 4 ? "  (held: a model-wide jump, no slot granted)" : "");
+  for (std::size_t u = 0; u < kUnits; ++u) {
+    const gnmr::UnitReport& r = rep[u];
+    if (!(r.flags & (gnmr::kTriggered | gnmr::kNonFinite))) continue;
     const char* what = (r.flags & gnmr::kNonFinite) ? "non-finite: update skipped"
-                       : (r.flags & gnmr::kGranted) ? "granted"
-                       : (r.flags & gnmr::kDenied)  ? "denied (no free slot)"
-                                                    : "triggered again while in recovery";
-    std::printf("    unit %2d  norm %9.4g  mean %7.4f  ratio %8.3f  delta %8.3f  risk %7.3f  "
-                "scale %.4f  lock %d  %s\n",
-                i, r.norm, r.mean, r.ratio, r.delta, r.risk, r.scale, r.lock_left, what);
+                       : (r.flags & gnmr::kGranted) ? "granted, clipped to its mean"
+                       : (r.flags & gnmr::kDenied)  ? "denied (one grant a step), clipped to its threshold"
+                       : (r.flags & gnmr::kSystemic) ? "held step, clipped to its threshold"
+                                                     : "again while in recovery, clipped";
+    std::printf("    unit %2zu  norm %9.4g  mean %7.4f  ratio %7.2f  scale %.4f%s  %s\n", u,
+                static_cast<double>(r.norm), static_cast<double>(r.mean), static_cast<double>(r.ratio),
+                static_cast<double>(r.scale), (r.flags & gnmr::kPromote) ? "  PROMOTE" : "", what);
   }
 }
 
 struct Totals {
-  long trig = 0, grant = 0, deny = 0, nonfinite = 0, unit_steps_in_recovery = 0;
-  unsigned most_at_once = 0;
+  long triggered = 0, granted = 0, denied = 0, nonfinite = 0, promoted_unit_steps = 0, held_steps = 0;
+  unsigned most_in_recovery = 0;
+  float min_scale = 1.0f, max_scale = 0.0f;  // over finite units: the stabilizer's range
 };
 
 Totals run(const std::vector<Spike>& spikes, bool verbose) {
-  gnmr::GnmrController<> ctl(kUnits);  // L2 norm, EMA(0.99), tau 3 / delta 1.5, clip to mean, maxO 4 lock 8
-  std::mt19937 rng(42);
+  auto ctl = gnmr::make_default(kUnits);  // the recommended controller
+  std::vector<float> calm(kUnits, 0.0f);  // each unit's applied norm on its last calm step
   Totals tot;
   for (int t = 1; t <= kSteps; ++t) {
-    const std::vector<float> n = norms_at(t, rng, spikes);
-    const gnmr::StepSummary& s = ctl.step_norms(n);
-    tot.trig += s.triggered;
-    tot.grant += s.granted;
-    tot.deny += s.denied;
+    const std::vector<float> n = norms_at(t, spikes);
+    // Finished norms here; ctl->step(partials, n) takes per-unit sums of squares.
+    const gnmr::StepSummary& s = ctl->step_norms(n);
+    const std::vector<gnmr::UnitDecision>& d = ctl->decisions();
+    tot.triggered += s.triggered;
+    tot.granted += s.granted;
+    tot.denied += s.denied;
     tot.nonfinite += s.nonfinite;
-    tot.unit_steps_in_recovery += s.in_recovery;
-    if (s.in_recovery > tot.most_at_once) tot.most_at_once = s.in_recovery;
-    if (verbose && (s.triggered || s.nonfinite || s.granted)) print_step(t, s, ctl.reports());
+    tot.held_steps += s.systemic == 4;
+    if (s.in_recovery > tot.most_in_recovery) tot.most_in_recovery = s.in_recovery;
+    check(s.granted <= 1, t, "at most one grant a step");
+    for (std::size_t u = 0; u < kUnits; ++u) {
+      const std::uint32_t f = d[u].flags;
+      tot.promoted_unit_steps += (f & gnmr::kPromote) != 0;
+      if (!(f & gnmr::kSkip)) {
+        tot.min_scale = std::fmin(tot.min_scale, d[u].scale);
+        tot.max_scale = std::fmax(tot.max_scale, d[u].scale);
+      }
+      check(((f & gnmr::kTriggered) != 0) == spiked(spikes, t, u) || (f & gnmr::kNonFinite), t,
+            "a unit triggers exactly where a spike was injected");
+      const float applied = d[u].scale * n[u];
+      if (f & gnmr::kTriggered)
+        check(applied < calm[u], t, "a spiking unit leaves the step smaller than its last calm step did");
+      else if (!(f & gnmr::kSkip))
+        calm[u] = applied;
+    }
+    if (verbose && (s.triggered || s.nonfinite)) print_step(t, s, ctl->reports());
+
+    if (spikes.empty()) continue;
+    const auto has = [&d](std::size_t u, std::uint32_t flags) { return (d[u].flags & flags) == flags; };
+    if (t == 10) check(has(0, gnmr::kGranted | gnmr::kPromote), t, "the ceiling fires before calibration ends");
+    if (t == 11) check(has(0, gnmr::kPromote), t, "the grant promotes the next step");
+    if (t == 40) check(has(3, gnmr::kGranted | gnmr::kPromote), t, "the learned rule fires on a x8 spike");
+    if (t == 41) check(has(3, gnmr::kTriggered | gnmr::kInRecovery) && !has(3, gnmr::kGranted), t,
+                       "a second spike inside the lock is clipped without a second slot");
+    if (t == 80) {
+      check(s.systemic == 4 && s.granted == 0 && s.triggered == 6, t, "six units at once: the step is held");
+      for (std::size_t u : {1, 5, 7, 9, 11, 13}) check(has(u, gnmr::kTriggered | gnmr::kSystemic), t, "held, bounded");
+    }
+    if (t == 120) check(has(2, gnmr::kNonFinite | gnmr::kSkip) && d[2].scale == 0.0f, t, "the NaN unit is skipped");
+    if (t == 150) check(s.triggered == 2 && s.granted == 1 && s.denied == 1 && s.systemic == 0, t,
+                        "two units at once: one grant, one denied");
   }
   return tot;
 }
@@ -81,26 +165,31 @@ Totals run(const std::vector<Spike>& spikes, bool verbose) {
 
 int main() {
   const std::vector<Spike> spikes = {
-      {40, {3}, 8.0f},                 // one unit spikes
-      {41, {3}, 6.0f},                 // ... and again while in recovery (keeps its lock)
-      {80, {1, 5, 7, 9, 11, 13}, 5.0f},  // six units at once: only 4 slots
-      {120, {2}, 0.0f},                // a NaN norm: skipped, never applied
-      {150, {5}, 3.0f},                // a jump under tau: caught by Delta-GNMR
+      {10, {0}, 30.0f},                  // above the ceiling while calibrating
+      {40, {3}, 8.0f},                   // one unit spikes
+      {41, {3}, 6.0f},                   // ... and again while in recovery (keeps its lock)
+      {80, {1, 5, 7, 9, 11, 13}, 5.0f},  // six units at once: a model-wide jump
+      {120, {2}, 0.0f},                  // a NaN norm: skipped, never applied
+      {150, {5, 10}, 4.0f},              // two at once: one grant a step
   };
-  std::printf("gnmr %d.%d.%d: GnmrController<> over %d units x %d steps\n", GNMR_VERSION_MAJOR,
-              GNMR_VERSION_MINOR, GNMR_VERSION_PATCH, kUnits, kSteps);
-  std::printf("injected: unit 3 x8 at step 40 and x6 at 41; units 1,5,7,9,11,13 x5 at step 80;\n"
-              "          unit 2 NaN at step 120; unit 5 x3 at step 150\n\n");
+  std::printf("gnmr %d.%d.%d: gnmr::make_default (\"%s\") over %zu units x %d steps\n", GNMR_VERSION_MAJOR,
+              GNMR_VERSION_MINOR, GNMR_VERSION_PATCH, gnmr::make_default(1)->name().c_str(), kUnits, kSteps);
+  std::printf("injected: unit 0 x30 at step 10; unit 3 x8 at 40 and x6 at 41; units 1,5,7,9,11,13 x5 at 80;\n"
+              "          unit 2 NaN at 120; units 5 and 10 x4 at 150\n\n");
   const Totals spiky = run(spikes, true);
   const Totals quiet = run({}, false);
-  const double all = static_cast<double>(kUnits) * kSteps;
-  std::printf("\n%-8s %9s %7s %7s %10s %20s %13s\n", "run", "triggers", "grants", "denied",
-              "non-finite", "recovered unit-steps", "most at once");
-  std::printf("%-8s %9ld %7ld %7ld %10ld %19.2f%% %13u\n", "spiky", spiky.trig, spiky.grant,
-              spiky.deny, spiky.nonfinite, 100.0 * spiky.unit_steps_in_recovery / all,
-              spiky.most_at_once);
-  std::printf("%-8s %9ld %7ld %7ld %10ld %19.2f%% %13u\n", "quiet", quiet.trig, quiet.grant,
-              quiet.deny, quiet.nonfinite, 100.0 * quiet.unit_steps_in_recovery / all,
-              quiet.most_at_once);
-  return spiky.most_at_once <= 4 ? 0 : 1;
+  std::printf("\n%-6s %9s %7s %7s %10s %11s %16s %20s\n", "run", "triggers", "grants", "denied", "non-finite",
+              "held steps", "promoted steps", "stabilizer scales");
+  for (const auto& [name, r] : {std::pair<const char*, const Totals&>{"spiky", spiky}, {"quiet", quiet}})
+    std::printf("%-6s %9ld %7ld %7ld %10ld %11ld %16ld %11.3f..%.3f\n", name, r.triggered, r.granted, r.denied,
+                r.nonfinite, r.held_steps, r.promoted_unit_steps, static_cast<double>(r.min_scale),
+                static_cast<double>(r.max_scale));
+  check(spiky.most_in_recovery <= 4, 0, "at most max_o = 4 units in recovery at once");
+  check(spiky.granted == 3 && spiky.denied == 1 && spiky.nonfinite == 1 && spiky.held_steps == 1, 0,
+        "the spiky run's totals: 3 grants (steps 10, 40, 150), 1 denial, 1 NaN, 1 held step");
+  check(quiet.triggered == 0 && quiet.promoted_unit_steps == 0 && quiet.nonfinite == 0, 0,
+        "the quiet run: GNMR never triggers, nothing is promoted");
+  check(quiet.min_scale < 1.0f || quiet.max_scale > 1.0f, 0, "the quiet run: the stabilizer still scales");
+  std::printf(failures ? "spiky_trace: %d check(s) FAILED\n" : "spiky_trace: all checks passed\n", failures);
+  return failures ? 1 : 0;
 }

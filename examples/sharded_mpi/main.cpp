@@ -1,4 +1,7 @@
-// examples/sharded_mpi/main.cpp — GNMR in a sharded data-parallel loop (MPI, CPU).
+// examples/sharded_mpi/main.cpp — the recommended controller in a sharded
+// data-parallel loop (MPI, CPU): gnmr::make_default on every rank, its
+// partials summed over ranks by one all-reduce of N floats, the same
+// decisions everywhere.
 //
 // A toy 2-layer MLP (units: W1, b1, W2, b2) is trained on a teacher's
 // outputs, ZeRO-2 style: every rank computes the full gradient of its own
@@ -6,25 +9,51 @@
 // of the flat parameter vector (uneven slices that cut through tensors), and
 // each rank updates only its slice before an all-gather. No rank ever holds
 // a whole unit's gradient, so its per-unit partial norms are partial across
-// ranks too: MpiReducer sums them (one all-reduce of N=4 floats per step)
-// and every rank's controller then takes the same decisions, which it
-// applies to its own slice. Step 150 feeds one rank a batch with a 50x
-// outlier (a spike in every layer, more than max_o = 2 slots), step 230 a
-// NaN input (every unit non-finite: skipped on every rank).
+// ranks too: gnmr::reduce_and_step(*ctl, reducer, ...) sums them with
+// MpiReducer (one all-reduce of N = 4 floats per step) and steps the
+// controller, so every rank takes the same decisions, which it applies to
+// its own slice. (The reducer takes any controller kind, by reference or
+// std::unique_ptr; gnmr::ReducedController<std::unique_ptr<
+// gnmr::DynController>, gnmr::mpi::MpiReducer> bundles the two.)
 //
-//   mpirun -n 4 ./sharded_mpi        (any rank count >= 1)
+// The controller is the preset "default": the stabilizer renormalises
+// every unit's update on every step, and GNMR's calibrated trigger inside
+// it acts on spikes. Step 150 feeds one rank a batch with a 50x outlier
+// sample, which spikes some of the units (which ones depends on the rank
+// count: every rank draws its own batch, so the outlier weighs 1/(16 x
+// ranks) of the summed gradient, and a large one saturates tanh, whose
+// (1 - h^2) then hides it from the hidden layer; with 4 ranks W2 and b2
+// spike, about 100x and 40x their means). The default's rules for such a
+// step, which the program checks whatever the count: more than max(2, 10%
+// of 4) = 2 units at once is a model-wide jump, so the step is held (no
+// grant, each spiking unit clipped to its trigger's threshold); otherwise
+// one slot goes to the riskier unit (clipped to its mean, promoted for the
+// next 8 steps) and the other is denied (clipped to its threshold). Either
+// way every spiking unit leaves the step with a smaller applied norm
+// (scale x norm) than on its last calm step. Step 230 feeds a NaN input
+// (every unit non-finite: skipped on every rank). The program also checks
+// that a unit is promoted exactly for the 8 steps after a grant, that GNMR
+// stays quiet on the ordinary steps (at most 1% of unit-steps: the
+// calibrated trigger targets 1e-3 false alarms per unit-step, and b2, one
+// scalar, is a noisy unit), that the weights stay finite, and that every
+// rank took the same decisions; it prints CHECK FAILED and exits non-zero
+// otherwise.
+//
+//   mpirun -n 4 ./sharded_mpi        (any rank count >= 1; Open MPI as root in a
+//                                     container: --allow-run-as-root --oversubscribe)
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gnmr/comm/mpi.hpp"
-#include "gnmr/comm/reducer.hpp"
-#include "gnmr/host/controller.hpp"
-#include "gnmr/host/unit_norms.hpp"
+#include "gnmr/gnmr.hpp"
 
 namespace {
 
@@ -109,8 +138,8 @@ std::string flags_str(std::uint32_t f) {
   std::string s;
   const std::pair<std::uint32_t, const char*> names[] = {
       {gnmr::kTriggered, "TRIG"}, {gnmr::kGranted, "GRANT"}, {gnmr::kInRecovery, "REC"},
-      {gnmr::kDenied, "DENY"},    {gnmr::kNonFinite, "NONFINITE"}, {gnmr::kSkip, "SKIP"},
-      {gnmr::kReleased, "REL"}};
+      {gnmr::kDenied, "DENY"},    {gnmr::kSystemic, "HELD"},   {gnmr::kNonFinite, "NONFINITE"},
+      {gnmr::kSkip, "SKIP"},      {gnmr::kPromote, "PROMOTE"}, {gnmr::kReleased, "REL"}};
   for (const auto& n : names)
     if (f & n.first) s += (s.empty() ? "" : "|") + std::string(n.second);
   return s.empty() ? "-" : s;
@@ -145,9 +174,16 @@ int main(int argc, char** argv) {
   for (float& w : teacher) w = init.uniform();
   for (float& w : params) w = 0.3f * init.uniform();
 
-  // The controller sees every unit (global decisions); max_o = 2 of 4 units.
-  gnmr::GnmrController<> controller(kUnits, {}, {}, {}, {}, gnmr::MaxO{2, 8, 0});
+  // Every rank builds the same controller over every unit (global decisions).
+  std::unique_ptr<gnmr::DynController> ctl = gnmr::make_default(kUnits);
   gnmr::mpi::MpiReducer reducer(MPI_COMM_WORLD);
+  int failures = 0;                        // this rank's
+  std::vector<float> calm(kUnits, 0.0f);   // each unit's applied norm (scale x norm) on its last calm step
+  std::vector<int> granted_at(kUnits, 0);  // each unit's last grant (0: none)
+  long other_triggers = 0;                 // triggered unit-steps on the ordinary steps
+  const auto check = [&failures, rank](bool ok, int step, const char* what) {
+    if (!ok) std::printf("CHECK FAILED (rank %d, step %d): %s\n", rank, step, what), ++failures;
+  };
   std::vector<float> partials(kUnits);
   std::uint64_t digest = 1469598103934665603ull;  // FNV-1a over every decision
   // The shard buffer never moves, so its segment layout is built once.
@@ -162,10 +198,12 @@ int main(int argc, char** argv) {
     // GNMR: partials of the local slice, one all-reduce of N floats, step.
     gnmr::host_unit_partials(segs.data(), segs.size(), partials.data(), kUnits,
                              gnmr::Coverage::kShard);
-    const gnmr::StepSummary& sum = gnmr::reduce_and_step(controller, reducer, partials.data(), kUnits);
+    const gnmr::StepSummary& sum = gnmr::reduce_and_step(*ctl, reducer, partials.data(), kUnits);
 
-    // Apply the decisions to the local slice: select on SKIP, never multiply by 0.
-    const auto& dec = controller.decisions();
+    // Apply the decisions to the local slice: select on SKIP, never multiply
+    // by 0. (The default scales every unit on every step: the stabilizer
+    // sets each unit's norm, GNMR's clip lowers a spiking unit's further.)
+    const auto& dec = ctl->decisions();
     for (std::size_t i = lo; i < hi; ++i) {
       std::uint32_t u = 0;
       while (i >= kTensors[u].offset + kTensors[u].numel) ++u;
@@ -179,6 +217,33 @@ int main(int argc, char** argv) {
       const unsigned char* b = reinterpret_cast<const unsigned char*>(&d);
       for (std::size_t k = 0; k < sizeof d; ++k) digest = (digest ^ b[k]) * 1099511628211ull;
     }
+    // What the default did: GNMR's part is in the flags, not in scale == 1.
+    const auto& rep = ctl->reports();
+    if (step == 150) {
+      check(sum.triggered >= 1, step, "the outlier spikes at least one unit");
+      if (sum.triggered > 2)
+        check(sum.systemic == 4 && sum.granted == 0, step, "more than 2 units at once: the step is held");
+      else
+        check(sum.granted == 1 && sum.denied == sum.triggered - 1, step, "one grant, to the riskier unit");
+      for (std::size_t u = 0; u < kUnits; ++u)
+        if (dec[u].flags & gnmr::kTriggered)
+          check(!(dec[u].flags & gnmr::kSkip) && dec[u].scale * rep[u].norm < calm[u], step,
+                "a spiking unit is clipped below its last calm step's applied norm, not skipped");
+    } else if (step == 230) {
+      check(sum.nonfinite == kUnits, step, "the NaN input makes every unit non-finite");
+      for (const gnmr::UnitDecision& d : dec) check((d.flags & gnmr::kSkip) && d.scale == 0.0f, step, "skipped");
+    } else {
+      check(sum.nonfinite == 0, step, "a finite input gives finite partials");
+      other_triggers += sum.triggered;
+    }
+    for (std::size_t u = 0; u < kUnits; ++u) {
+      if (!(dec[u].flags & (gnmr::kTriggered | gnmr::kSkip))) calm[u] = dec[u].scale * rep[u].norm;
+      // A grant at step g promotes the unit's operator for steps g+1..g+8:
+      // the decisions of steps g..g+7 carry kPromote.
+      if (dec[u].flags & gnmr::kGranted) granted_at[u] = step;
+      check(((dec[u].flags & gnmr::kPromote) != 0) == (granted_at[u] > 0 && step - granted_at[u] < 8), step,
+            "a unit is promoted exactly for the lock (8 steps) after its grant");
+    }
     const bool event = sum.triggered || sum.nonfinite || sum.released;
     if (rank == 0 && (event || step % 50 == 0)) {
       std::printf("step %3d loss(rank0) %.5f  triggered %u granted %u denied %u in_recovery %u nonfinite %u\n",
@@ -186,7 +251,7 @@ int main(int argc, char** argv) {
                   sum.nonfinite);
       if (event)
         for (std::size_t u = 0; u < kUnits; ++u) {
-          const gnmr::UnitReport& r = controller.reports()[u];
+          const gnmr::UnitReport& r = ctl->reports()[u];
           std::printf("    %-2s norm %-10.4g ratio %-8.3g risk %-8.3g scale %-8.3g %s\n", kTensors[u].name,
                       static_cast<double>(r.norm), static_cast<double>(r.ratio), static_cast<double>(r.risk),
                       static_cast<double>(r.scale), flags_str(r.flags).c_str());
@@ -198,6 +263,13 @@ int main(int argc, char** argv) {
   std::uint64_t dmin = 0, dmax = 0;
   MPI_Allreduce(&digest, &dmin, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
   MPI_Allreduce(&digest, &dmax, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  check(other_triggers * 100 <= static_cast<long>(kUnits) * (kSteps - 2), kSteps,
+        "GNMR stays quiet on ordinary steps (at most 1% of unit-steps trigger)");
+  bool finite = true;
+  for (float w : params) finite = finite && std::isfinite(w);
+  check(finite, kSteps, "the NaN never reached the weights");
+  int all_failures = 0;
+  MPI_Allreduce(&failures, &all_failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   const gnmr::ReducerStats st = reducer.stats();
   if (rank == 0)
     std::printf("%d ranks, %d steps: %llu partial all-reduces (%.0f per step, %llu bytes each, %.1f us mean); "
@@ -207,6 +279,12 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(st.bytes / (st.collectives ? st.collectives : 1)),
                 1e6 * st.seconds / static_cast<double>(st.collectives ? st.collectives : 1),
                 dmin == dmax ? "yes" : "NO");
+  if (dmin != dmax) all_failures += 1;
+  if (rank == 0) {
+    if (dmin != dmax) std::printf("CHECK FAILED: the ranks' decisions differ\n");
+    std::printf("triggered unit-steps outside steps 150 and 230: %ld\n", other_triggers);
+    std::printf(all_failures ? "sharded_mpi: %d check(s) FAILED\n" : "sharded_mpi: all checks passed\n", all_failures);
+  }
   MPI_Finalize();
-  return dmin == dmax ? 0 : 1;
+  return all_failures == 0 ? 0 : 1;
 }

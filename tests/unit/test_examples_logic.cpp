@@ -131,7 +131,7 @@ TEST_CASE("the CUDA fake-quant example's premises hold on the CPU", "[examples][
   for (int s = 1; s <= fq_case::kSteps; ++s) {
     INFO("step " << s);
     CHECK_FALSE(r.promoted[s - 1][0]);
-    CHECK(r.promoted[s - 1][1] == (s >= fq_case::kSpikeStep + 1 && s <= fq_case::kSpikeStep + 8));
+    CHECK(r.promoted[s - 1][1] == (s >= fq_case::kSpikeStep + 1 && s <= fq_case::kSpikeStep + fq_case::kLock));
     // The two paths differ on every step, so the device's bits say which it took.
     for (std::uint32_t u = 0; u < fq_case::kUnits; ++u) {
       const std::vector<float> other = fq_case::forward(c, u, s, !r.promoted[s - 1][u]);
@@ -180,25 +180,50 @@ TEST_CASE("SGD with momentum applies a decision: hand values, reset, skip as a s
 }
 
 TEST_CASE("the CUDA SGD example's run decides what its header says", "[examples][sgd]") {
+  // sgd_case.hpp's replay: the recommended controller (gnmr::make_default)
+  // on the partials the device computes, which sgd_momentum_cuda.cu then
+  // compares with gnmr::cuda::make_default's decisions bit for bit.
   const sgd_case::Replay r = sgd_case::replay();
   CHECK(r.aligned);
   const auto dec = [&r](int t, std::uint32_t u) { return r.decisions[(t - 1) * sgd_case::kUnits + u]; };
-  int grants = 0, nonfinite = 0, skips = 0;
+  const auto applied = [&r, &dec](int t, std::uint32_t u) {  // the norm the update receives: scale x norm
+    return dec(t, u).scale * std::sqrt(r.partials[(t - 1) * sgd_case::kUnits + u]);
+  };
+  REQUIRE(r.decisions.size() == static_cast<std::size_t>(sgd_case::kSteps) * sgd_case::kUnits);
+  REQUIRE(r.partials.size() == r.decisions.size());
+  int grants = 0, nonfinite = 0, skips = 0, triggers = 0, resets = 0;
   for (int t = 1; t <= sgd_case::kSteps; ++t)
     for (std::uint32_t u = 0; u < sgd_case::kUnits; ++u) {
-      grants += (dec(t, u).flags & gnmr::kGranted) != 0u;
-      nonfinite += (dec(t, u).flags & gnmr::kNonFinite) != 0u;
-      skips += (dec(t, u).flags & gnmr::kSkip) != 0u;
+      const std::uint32_t f = dec(t, u).flags;
+      grants += (f & gnmr::kGranted) != 0u;
+      nonfinite += (f & gnmr::kNonFinite) != 0u;
+      skips += (f & gnmr::kSkip) != 0u;
+      triggers += (f & gnmr::kTriggered) != 0u;
+      resets += (f & gnmr::kResetMoments) != 0u;
+      // A grant at step g promotes steps g+1 .. g+kLock: kPromote on the
+      // decisions of steps g .. g+kLock-1, on the granted unit only.
+      const bool lock1 = u == 1 && t >= sgd_case::kSpikeStep && t < sgd_case::kSpikeStep + sgd_case::kLock;
+      const bool lock0 = u == 0 && t >= sgd_case::kSecondSpikeStep && t < sgd_case::kSecondSpikeStep + sgd_case::kLock;
+      INFO("step " << t << " unit " << u);
+      CHECK(((f & gnmr::kPromote) != 0u) == (lock0 || lock1));
+      // The stabilizer scales every unit on every step: a scale of 1 is not
+      // "nothing happened", the flags are.
+      if (!(f & gnmr::kSkip)) CHECK(dec(t, u).scale != 1.0f);
     }
   CHECK(grants == 2);
+  CHECK(triggers == 2);  // the two spikes and nothing else
   CHECK(nonfinite == 1);
   CHECK(skips == 1);
-  const std::uint32_t grant = gnmr::kTriggered | gnmr::kGranted | gnmr::kInRecovery | gnmr::kResetMoments;
+  CHECK(resets == 0);  // the default's recovery is clip and promote
+  const std::uint32_t grant = gnmr::kTriggered | gnmr::kGranted | gnmr::kInRecovery | gnmr::kPromote;
   CHECK(dec(sgd_case::kSpikeStep, 1).flags == grant);
-  CHECK(dec(sgd_case::kSpikeStep, 1).scale < 0.1f);
-  CHECK(dec(sgd_case::kResetStep, 0).flags == grant);
-  CHECK(dec(sgd_case::kResetStep, 0).scale < 0.1f);
+  CHECK(dec(sgd_case::kSecondSpikeStep, 0).flags == grant);
+  // GNMR's clip on top of the stabilizer: the spiking unit's update is a
+  // small fraction of its calm one (the stabilizer alone would let it grow).
+  CHECK(applied(sgd_case::kSpikeStep, 1) < 0.1f * applied(sgd_case::kSpikeStep - 1, 1));
+  CHECK(applied(sgd_case::kSecondSpikeStep, 0) < 0.1f * applied(sgd_case::kSecondSpikeStep - 1, 0));
   CHECK(dec(sgd_case::kNanStep, 2).flags == (gnmr::kNonFinite | gnmr::kSkip));
+  CHECK(dec(sgd_case::kNanStep, 2).scale == 0.0f);
   for (const auto& p : r.p)
     for (float x : p) REQUIRE(std::isfinite(x));  // the NaN never reached the weights
 }

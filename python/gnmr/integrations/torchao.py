@@ -49,9 +49,14 @@ try:  # MXFP8 training (a prototype in torchao 0.18)
 except ImportError:  # pragma: no cover - an older torchao
     MXFP8Linear = None
 
+try:  # NVFP4 training, emulated (gnmr.integrations.nvfp4)
+    from .nvfp4 import NVFP4Linear
+except ImportError:  # pragma: no cover - a torchao without NVFP4
+    NVFP4Linear = None
+
 # The low-precision linears gnmr promotes: each keeps its high-precision
 # weight and bias as nn.Linear's, so F.linear on them is the promoted path.
-LOW_PRECISION_LINEARS = tuple(t for t in (Float8Linear, MXFP8Linear) if t is not None)
+LOW_PRECISION_LINEARS = tuple(t for t in (Float8Linear, MXFP8Linear, NVFP4Linear) if t is not None)
 
 from ..controller import Controller
 

@@ -12,7 +12,13 @@ language:
           are what scripts/test.sh and the packaging tests run themselves)
 A line `<!-- snippet: prelude=NAME -->` right before a block prepends the
 prelude NAME (PRELUDES below: the model or data a page's text assumes);
-`<!-- snippet: needs=cuda -->` runs a Python block only with a GPU.
+`<!-- snippet: needs=cuda -->` runs a Python block only with a GPU. A
+`text` block right after a runnable block, marked `<!-- snippet: stdout -->`,
+is what the page says the program prints: each of its lines must be a line
+of the program's output, in that order (other lines may come between;
+`...` inside a line matches anything), so a snippet that stopped doing
+what its page shows fails, not only one that crashes. A block is run as
+written: nothing is added to it but its declared prelude.
 
     python3 tests/docs/snippets.py list
     python3 tests/docs/snippets.py cpp  --cxx g++  --root . --out DIR
@@ -27,7 +33,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, NamedTuple
+from typing import Dict, List, NamedTuple, Optional
 
 PAGES = ("README.md", "docs/python.md", "docs/cuda.md")
 RUN = {"python", "cpp", "cuda"}
@@ -52,6 +58,7 @@ class Block(NamedTuple):
     lang: str
     code: str
     directives: Dict[str, str]
+    stdout: Optional[str] = None  # the output the page shows for it, if any
 
     @property
     def name(self) -> str:
@@ -74,7 +81,7 @@ def blocks(root: Path) -> List[Block]:
                 continue
             lang, start = m.group(1).lower(), i + 1
             d = _DIRECTIVE.match(lines[i - 1]) if i > 0 else None
-            directives = dict(kv.split("=", 1) for kv in d.group(1).split()) if d else {}
+            directives = dict(kv.split("=", 1) if "=" in kv else (kv, "") for kv in d.group(1).split()) if d else {}
             j = start
             while j < len(lines) and not lines[j].startswith("```"):
                 j += 1
@@ -82,21 +89,41 @@ def blocks(root: Path) -> List[Block]:
                 raise SystemExit(f"{page}:{i + 1}: unclosed code block")
             if lang not in RUN | QUIET:
                 raise SystemExit(f"{page}:{i + 1}: block language {lang!r}: use one of {sorted(RUN | QUIET)}")
-            out.append(Block(page, i + 1, lang, "\n".join(lines[start:j]) + "\n", directives))
+            code = "\n".join(lines[start:j]) + "\n"
+            if "stdout" in directives or (d and d.group(1).strip() == "stdout"):
+                if lang != "text" or not out or out[-1].lang not in RUN or out[-1].stdout is not None:
+                    raise SystemExit(f"{page}:{i + 1}: a stdout block is a text block right after a runnable one")
+                out[-1] = out[-1]._replace(stdout=code)
+            else:
+                out.append(Block(page, i + 1, lang, code, directives))
             i = j + 1
     return out
 
 
+def stdout_mismatch(expected: str, actual: str) -> Optional[str]:
+    """None when every expected line is an output line, in order (`...`
+    inside a line matches anything); else the first line not found."""
+    got = actual.splitlines()
+    k = 0
+    for want in expected.splitlines():
+        if not want.strip():
+            continue
+        pat = re.compile("^" + ".*".join(re.escape(part) for part in want.rstrip().split("...")) + r"\s*$")
+        while k < len(got) and not pat.match(got[k]):
+            k += 1
+        if k == len(got):
+            return want
+        k += 1
+    return None
+
+
 def python_source(b: Block) -> str:
-    """The program a Python block runs as: the CPU float8 fix, the prelude."""
-    head = ("import torch\n"
-            "# float8 GEMMs on a CPU with AVX512-FP16 go to oneDNN's reference kernel\n"
-            "# (~300x slower, the same bits without it)\n"
-            "torch.backends.mkldnn.enabled = False\n")
+    """The program a Python block runs as: its declared prelude, then the
+    block as written."""
     pre = b.directives.get("prelude")
     if pre and pre not in PRELUDES:
         raise SystemExit(f"{b.page}:{b.line}: unknown prelude {pre!r}")
-    return head + (PRELUDES[pre] if pre else "") + b.code
+    return (PRELUDES[pre] if pre else "") + b.code
 
 
 def build(kind: str, root: Path, out: Path, tool: str) -> int:
@@ -124,6 +151,12 @@ def build(kind: str, root: Path, out: Path, tool: str) -> int:
             r = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
             if r.returncode:
                 print(f"FAILED to run {b.page}:{b.line} (exit {r.returncode})\n{r.stdout}{r.stderr}")
+                bad += 1
+                continue
+            miss = stdout_mismatch(b.stdout, r.stdout) if b.stdout is not None else None
+            if miss is not None:
+                print(f"FAILED {b.page}:{b.line}: the page shows the line\n  {miss}\nwhich the program did not "
+                      f"print; it printed:\n{r.stdout}")
                 bad += 1
                 continue
         print(f"ok {b.page}:{b.line} ({kind})")

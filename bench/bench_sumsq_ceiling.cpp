@@ -1,6 +1,7 @@
 // How fast can a bf16 sum of squares in double go on this CPU, whatever the
-// conversion costs? (issue 22, part 1; docs/performance.md, "Host partial
-// norms"). The precision contract of gnmr/host/sumsq.hpp (each of 8 lanes
+// conversion costs? (docs/record/performance-host.md, the ceiling study;
+// "Host partial norms" of docs/performance.md). The precision contract of
+// gnmr/host/sumsq.hpp (each of 8 lanes
 // sums, in double and in order, the squares of its elements) fixes one
 // double multiply and one double add per element. The "no conversion"
 // loops below do exactly that arithmetic on the raw 16-bit patterns

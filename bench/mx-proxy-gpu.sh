@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/mx-proxy-gpu.sh — the MX divergence of Su et al. 2025 (arXiv
-# 2506.20752) reproduced on one GPU, and gnmr against it, in one call of
-# the device tool (docs/record/mx-proxy.md has the protocol and the results):
+# 2506.20752) reproduced on one GPU, and gnmr against it, in one command on
+# a machine with a CUDA GPU, a CUDA build of torch and nvcc
+# (docs/record/mx-proxy.md has the protocol and the results):
 #
 #   bash bench/mx-proxy-gpu.sh [--out DIR] [--seeds 1-2] [--jobs 4] [--budget 480] [--emulation E]
 #
@@ -17,12 +18,13 @@
 #    where no seed diverged: the paper's second setting (L 3, lr 5e-4,
 #    11,000 steps) is piloted instead, and the arms run there if it diverges.
 # Nothing of gnmr is tuned here: the default as shipped.
-# Every phase runs under what is left of --budget seconds (default 480: the
-# issue's 8 minutes); a run cut by it is not recorded, and calling the
-# script again resumes: finished runs (DIR/*/results.csv) are not re-run,
-# a cut one continues from its last checkpoint (DIR/*/ckpt/, every 500
-# steps). DIR/mx-proxy.tgz holds the results, traces and grants (not the
-# checkpoints) to bring back under $OUT.
+# Every phase runs under what is left of --budget seconds (default 480: a
+# session with a time limit on the GPU); a run cut by it is not recorded,
+# and calling the script again resumes: finished runs (DIR/*/results.csv)
+# are not re-run, a cut one continues from its last checkpoint
+# (DIR/*/ckpt/, every 500 steps). DIR/mx-proxy.tgz holds the results,
+# traces and grants (not the checkpoints): the one file to copy back from
+# a remote GPU machine.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/python/gpu.sh — the Python package on a GPU machine (PyTorch with
-# CUDA, nvcc, no package registry), in one call of the device tool:
+# CUDA, nvcc; it needs no package registry), in one command:
 #
 #   bash tests/python/gpu.sh
 #

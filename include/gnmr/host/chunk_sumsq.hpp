@@ -150,7 +150,7 @@ inline void row_portable(float* acc, const std::uint16_t* q, std::uint64_t cnt) 
 // loaded, given the row's squares and stored back, as the portable loop
 // does element by element (the accumulators, 8 KB, stay in L1). Two
 // variants that move fewer accumulators measured slower on this CPU
-// (docs/performance.md): several rows per load and store (the rows are
+// (docs/record/performance-host.md): several rows per load and store (the rows are
 // 4 KB apart: 0.6x of the read roofline against 0.85x), and blocks of
 // accumulators held in registers down the rows (0.4-0.5x).
 // widen8 / widen16: gnmr/host/widen16.hpp.
@@ -163,7 +163,7 @@ __attribute__((target("avx2,f16c"))) inline void row_avx2(float* acc, const std:
 }
 
 // The 128-bit build (SSE2; F16C for fp16), 32 elements an iteration. The
-// fastest build on the CPU measured (docs/performance.md): the 256- and
+// fastest build on the CPU measured (docs/record/performance-host.md): the 256- and
 // 512-bit ones, bit for bit the same, ran slower in the same runs, so
 // best_chunk_isa() picks this one wherever F16C exists.
 template <bool kBf16>

@@ -23,7 +23,7 @@
 //
 // 8 lanes are enough: the vector builds are bound by the widening to double
 // (vcvtps2pd), not by the add chains; 16 and 32 lanes measured the same
-// (docs/performance.md).
+// (docs/record/performance-host.md).
 #pragma once
 
 #include <cstddef>

@@ -125,12 +125,24 @@ def test_a_gnmr_adamw_state_dict_carries_the_controller_and_a_bad_one_changes_no
 def _hf_run(tmp, preset, route, resume=None):
     """A tiny Llama from a config under transformers.Trainer: bf16 autocast
     on the CPU, accumulation 2, max_grad_norm 1.0, linear schedule with
-    warm-up, a checkpoint every 12 steps. route: "callback" (GnmrCallback,
+    warm-up, a checkpoint every 12 steps; x1000 spikes in one operator's
+    gradient at steps 5, 14 and 19 and a NaN at step 16 (before and after
+    the checkpoint: the resumed run must meet them with the controller's
+    state as the straight run has it). route: "callback" (GnmrCallback,
     torch AdamW) or "optimizer" (gnmr.optim.AdamW, no callback)."""
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")
     from test_integrations_hf import Tokens, tiny_llama
     from gnmr.integrations.hf import GnmrCallback
+
+    class Faults(transformers.TrainerCallback):
+        # Before the optimizer step, after backward: the gradients gnmr reads.
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+            w = dict(model.named_parameters())["model.layers.0.mlp.down_proj.weight"]
+            if state.global_step in (5, 14, 19):
+                w.grad.mul_(1000.0)
+            if state.global_step == 16:
+                w.grad.view(-1)[3] = float("nan")
 
     model = tiny_llama(7)
     args = transformers.TrainingArguments(
@@ -138,14 +150,16 @@ def _hf_run(tmp, preset, route, resume=None):
         learning_rate=3e-3, max_grad_norm=1.0, lr_scheduler_type="linear", warmup_steps=5, bf16=True,
         logging_steps=4, save_steps=12, save_strategy="steps", report_to=[], use_cpu=True, seed=0,
         data_seed=0, disable_tqdm=True, dataloader_num_workers=0)
-    kw = {}
+    kw = {"callbacks": [Faults()]}
     if route == "callback":
-        kw["callbacks"] = [GnmrCallback(preset=preset)]
+        kw["callbacks"].append(GnmrCallback(preset=preset))
     else:
         ctl = gnmr.Controller(model, preset)
         opt = gnmr.optim.AdamW(model.parameters(), lr=3e-3, controller=ctl)
         kw["optimizers"] = (opt, transformers.get_linear_schedule_with_warmup(opt, 5, 24))
     transformers.Trainer(model=model, args=args, train_dataset=Tokens(), **kw).train(resume_from_checkpoint=resume)
+    for p in model.parameters():
+        assert torch.isfinite(p).all()  # the NaN never reached the weights
     return model
 
 

@@ -381,20 +381,37 @@ TEST_CASE("the calibrated trigger guards from step 2: a spike during calibration
 }
 
 TEST_CASE("while calibrating, the ceiling's verdicts are the reference's", "[calibrated]") {
-  // Units whose ratio wanders by up to 8x (well under the ceiling of 16)
-  // during calibration: no trigger; each rule's verdict is the reference's.
+  // Units whose ratio wanders by up to 8x during calibration (under the
+  // ceiling of 16), with spikes of x20 to x2000 at chosen steps (over it)
+  // and a drop below a sixteenth of the mean (the restart): each verdict,
+  // fired or not, is the reference's, and both kinds occur.
   auto ctl = presets::make("gnmr-calibrated", 3);
   std::vector<calref::Unit> ref(3, calref::Unit(calref::Params{}));
   std::mt19937 rng(4);
   std::uniform_real_distribution<double> ud(-3.0, 3.0);
+  std::size_t fired = 0, quiet = 0, restarts = 0;
   for (int t = 0; t < 30; ++t) {
     std::vector<float> row = {static_cast<float>(std::exp2(ud(rng))), 1.0f, static_cast<float>(std::exp2(ud(rng) / 3))};
+    if (t == 5 || t == 6) row[0] *= 2000.0f;   // two steps over the ceiling
+    if (t == 9) row[1] = 20.0f;                // just over it
+    if (t == 12) row[2] = 20.0f;
+    if (t == 16) row[1] = 0.03125f;            // the history twice as far as the ceiling above the sample
     ctl->step_norms(row);
     for (std::size_t u = 0; u < 3; ++u) {
       const calref::Verdict v = ref[u].step(row[u]);
-      REQUIRE(((ctl->reports()[u].flags & gnmr::kTriggered) != 0u) == v.triggered);
+      const std::uint32_t f = ctl->reports()[u].flags;
+      REQUIRE(v.restart_margin > 1e-4);
+      REQUIRE(std::fabs(v.x - std::log2(16.0)) > 1e-4);  // no verdict at the rounding level
+      REQUIRE(((f & gnmr::kTriggered) != 0u) == v.triggered);
+      REQUIRE(((f & gnmr::kRestart) != 0u) == v.restarted);
+      fired += v.triggered ? 1 : 0;
+      quiet += (v.defined && !v.triggered) ? 1 : 0;
+      restarts += v.restarted ? 1 : 0;
     }
   }
+  CHECK(fired >= 4);
+  CHECK(quiet > 40);
+  CHECK(restarts >= 1);
 }
 
 // The state layout of 2026-11-27 (80 bytes at Cap 8) and today's (44 at

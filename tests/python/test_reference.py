@@ -41,6 +41,10 @@ CASES = [
     ("gnmr-calibrated", {"rate": 1e-2, "floor": 1.5, "warmup": 5, "systemic_max_grants": 0}),
     ("default", {"rate": 1e-2, "systemic_max_grants": 2}),
     ("default", {"rate": 1e-2, "warmup": 5}),
+    # The denied-unit rule by name: off in the calibrated preset, the
+    # target clip in a preset of GNMR's published budget.
+    ("gnmr-calibrated", {"rate": 1e-2, "floor": 1.5, "warmup": 5, "max_o": 1, "deny_action": "none"}),
+    ("gnmr-promote", {"max_o": 1, "deny_action": "clip-target"}),
 ]
 
 

@@ -207,6 +207,33 @@ TEST_CASE("layered names and overrides are checked and routed", "[layered]") {
   CHECK_THROWS_AS(ok->step(std::vector<float>(3, 1.0f)), std::invalid_argument);
 }
 
+// Every override a layered name routes must be one the split can take away
+// from the side that does not accept it: a key clear_option forgot reaches
+// both rules and the outer refuses it (deny_action inside "default" once did).
+TEST_CASE("every override can be routed to one side of a layered name", "[layered]") {
+  Options all;
+  all.tau = 1.0f; all.delta = 1.0f; all.warmup = 1; all.window = 1; all.delta_window = 1; all.beta = 0.5f;
+  all.max_o = 1; all.lock = 1; all.cooldown = 1; all.kappa = 1.0f; all.max_norm = 1.0f; all.z = 1.0f;
+  all.clip_factor = 1.0f; all.mean = "ema"; all.restart_every = 1; all.systemic_action = "none";
+  all.systemic_share = 0.5f; all.systemic_maxo = 1; all.systemic_kappa = 1.0f; all.systemic_beta = 0.5f;
+  all.systemic_max_grants = 1; all.deny_action = "none"; all.deny_kappa = 1.0f; all.rate = 1e-3;
+  all.floor = 1.0f; all.ceiling = 16.0f;
+  const auto keys = presets::detail::options_given(all);
+  CHECK(keys.size() == 26u);
+  for (const auto& k : keys) {
+    Options one = all;
+    presets::detail::clear_option(one, k);
+    const auto left = presets::detail::options_given(one);
+    CHECK(left.size() == keys.size() - 1);
+    CHECK(std::find(left.begin(), left.end(), k) == left.end());
+  }
+  // The recommended controller takes its inner rule's denied-unit override.
+  Options none;
+  none.deny_action = "none";
+  CHECK_NOTHROW(presets::make("default", 4, none));
+  CHECK_NOTHROW(gnmr::make_default(4, none));
+}
+
 TEST_CASE("a layered controller's state round-trips and a bad blob changes nothing", "[layered]") {
   const auto rs = partial_rows(41, 6, 240);
   auto a = presets::make("stabilizer+gnmr", 6);

@@ -72,6 +72,7 @@ inline void clear_option(Options& o, const std::string& k) {
   if (k == "systemic_kappa") o.systemic_kappa.reset();
   if (k == "systemic_beta") o.systemic_beta.reset();
   if (k == "systemic_max_grants") o.systemic_max_grants.reset();
+  if (k == "deny_action") o.deny_action.reset();
   if (k == "deny_kappa") o.deny_kappa.reset();
   if (k == "rate") o.rate.reset();
   if (k == "floor") o.floor.reset();

@@ -22,7 +22,7 @@
 // and backward in fp32 (docs/algorithm.md, Precision promotion), so a grant
 // at step t promotes steps t+1 .. t+lock. The default grants at most one
 // unit a step: the outliers trigger both layers at step 80, layer 1 gets
-// the grant and layer 2 is denied (clipped to its trigger's threshold),
+// the grant and layer 2 is denied (bounded by the stabilizer),
 // then granted at step 81, when it triggers again.
 // The program prints which steps ran which layer in high precision, then
 // checks, and exits non-zero if any check fails:

@@ -54,7 +54,8 @@ void check_pair(const std::string& outer_name, const std::string& inner_name, st
   REQUIRE(gnmr::detail::selection_free(p));
   using PS = typename Outer::Policies;
   std::vector<typename PS::UnitState> st(n, PS::init_unit());
-  auto inner = presets::make(inner_name, n);
+  // The inner as the layered plan builds it (its overrides inside an outer rule).
+  auto inner = presets::make(inner_name, n, presets::plan_layered(name, n, {}).inner);
   auto layered = presets::make(name, n);
   auto* lc = dynamic_cast<gnmr::LayeredController*>(layered.get());
   REQUIRE(lc != nullptr);

@@ -134,6 +134,14 @@ inline LayeredPlan plan_layered(const std::string& name, std::size_t num_units, 
   auto split = layered_options(p.names, o);
   p.outer = std::move(split.first);
   p.inner = std::move(split.second);
+  // Inside an outer rule, the calibrated preset leaves the units it does not
+  // grant (denied by the budget or the one-grant cap, or on a held step) to
+  // the outer rule, which bounds every unit: clipping them to the trigger's
+  // target as well shrank them twice and cost the default on learning-rate
+  // bursts (chosen on development seeds, docs/record/stability-verdict.md,
+  // "The denied and held units inside the default"). Alone, gnmr-calibrated
+  // keeps calibrated_denied_rule(); an explicit deny_action is kept as given.
+  if (p.names.inner == "gnmr-calibrated" && !p.inner.deny_action) p.inner.deny_action = "none";
   p.outer_units = is_global(p.names.outer) ? 1 : num_units;
   return p;
 }

@@ -67,4 +67,4 @@ fi
 
 # From outside the source tree: `import gnmr_jax` must find the installed package.
 cd "$venv"
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -rs "$here" "$@"
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -rs --durations=10 "$here" "$@"

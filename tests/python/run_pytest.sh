@@ -61,4 +61,4 @@ cd "$root"
 "$venv/bin/python" -m pip install --no-build-isolation --no-deps --quiet --disable-pip-version-check ./python
 # From outside the source tree: `import gnmr` must find the installed package.
 cd "$venv"
-exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -rs "$root/tests/python" "$@"
+exec "$venv/bin/python" -m pytest -q -p no:cacheprovider -rs --durations=15 "$root/tests/python" "$@"

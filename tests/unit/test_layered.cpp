@@ -232,6 +232,19 @@ TEST_CASE("every override can be routed to one side of a layered name", "[layere
   none.deny_action = "none";
   CHECK_NOTHROW(presets::make("default", 4, none));
   CHECK_NOTHROW(gnmr::make_default(4, none));
+  // Inside a layered preset the calibrated rule leaves its denied units to the
+  // outer rule unless told otherwise; deny_kappa alone still means a clip.
+  CHECK(*presets::plan_layered("default", 4, {}).inner.deny_action == "none");
+  Options kap;
+  kap.deny_kappa = 2.0f;
+  const auto pk = presets::plan_layered("default", 4, kap);
+  CHECK_FALSE(pk.inner.deny_action.has_value());
+  CHECK(*pk.inner.deny_kappa == 2.0f);
+  CHECK_NOTHROW(presets::make("default", 4, kap));
+  Options tgt;
+  tgt.deny_action = "clip-target";
+  CHECK(*presets::plan_layered("default", 4, tgt).inner.deny_action == "clip-target");
+  CHECK_FALSE(presets::plan_layered("stabilizer+gnmr", 4, {}).inner.deny_action.has_value());
 }
 
 TEST_CASE("a layered controller's state round-trips and a bad blob changes nothing", "[layered]") {

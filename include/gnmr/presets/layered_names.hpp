@@ -140,8 +140,10 @@ inline LayeredPlan plan_layered(const std::string& name, std::size_t num_units, 
   // target as well shrank them twice and cost the default on learning-rate
   // bursts (chosen on development seeds, docs/record/stability-verdict.md,
   // "The denied and held units inside the default"). Alone, gnmr-calibrated
-  // keeps calibrated_denied_rule(); an explicit deny_action is kept as given.
-  if (p.names.inner == "gnmr-calibrated" && !p.inner.deny_action) p.inner.deny_action = "none";
+  // keeps calibrated_denied_rule(); an explicit deny_action (or deny_kappa,
+  // which alone means deny_action=clip) is kept as given.
+  if (p.names.inner == "gnmr-calibrated" && !p.inner.deny_action && !p.inner.deny_kappa)
+    p.inner.deny_action = "none";
   p.outer_units = is_global(p.names.outer) ? 1 : num_units;
   return p;
 }

@@ -146,13 +146,14 @@ Totals run(const std::vector<Spike>& spikes, bool verbose) {
       check(((f & gnmr::kTriggered) != 0) == spiked(spikes, t, u) || (f & gnmr::kNonFinite), t,
             "a unit triggers exactly where a spike was injected");
       const float applied = d[u].scale * n[u];
-      if ((f & gnmr::kTriggered) && (f & (gnmr::kGranted | gnmr::kInRecovery)))
-        check(applied < calm[u], t, "a granted spiking unit leaves the step smaller than its last calm step did");
-      else if (f & gnmr::kTriggered)
-        check(applied < kStabilizerBound * calm[u], t,
-              "a spiking unit GNMR does not grant is bounded by the stabilizer");
-      else if (!(f & gnmr::kSkip))
+      if (f & gnmr::kTriggered) {
+        const bool granted = (f & (gnmr::kGranted | gnmr::kInRecovery)) != 0;
+        check(applied < (granted ? 1.0f : kStabilizerBound) * calm[u], t,
+              granted ? "a granted spiking unit leaves the step smaller than its last calm step did"
+                      : "a spiking unit GNMR does not grant is bounded by the stabilizer");
+      } else if (!(f & gnmr::kSkip)) {
         calm[u] = applied;
+      }
     }
     if (verbose && (s.triggered || s.nonfinite)) print_step(t, s, ctl->reports());
 

@@ -44,16 +44,21 @@ import csv
 import json
 import math
 import os
+import random
 import re
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# The documented interval and the per-arm reader are compare_verdicts.py's own.
+from compare_verdicts import boot, load as load_arms  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "docs" / "data" / "evidence"
 OLD = ROOT / "docs" / "data"  # the GPU comparison's two files keep their names (other pages link them)
 GPU_CPU, GPU_GPU = "verdict-issue31-oo-cpu.csv", "verdict-issue32-oo-gpu.csv"
 
-DRAWS, BOOT_SEED = 10000, 20
+DRAWS, BOOT_SEED = 10000, 20  # compare_verdicts.boot's, for boot_ratio
 QUEUE = "bash bench/evidence-runs.sh"
 
 # The verdict: the four demo scenarios on seeds 381-420 and the Hugging Face row on 3041-3080.
@@ -98,17 +103,9 @@ class Awaiting(Exception):
 
 # --------------------------------------------------------------------------------------------- statistics
 
-def boot(d, draws=DRAWS, seed=BOOT_SEED):
-    """compare_verdicts.boot: the 95% interval of the mean of d, seeds resampled."""
-    rng = __import__("random").Random(seed)
-    n = len(d)
-    m = sorted(sum(d[rng.randrange(n)] for _ in range(n)) / n for _ in range(draws))
-    return m[int(0.025 * draws)], m[int(0.975 * draws) - 1]
-
-
 def boot_ratio(num, den, draws=DRAWS, seed=BOOT_SEED):
-    """The same resampling for a ratio of means, sum(num) / sum(den) over the drawn seeds."""
-    rng = __import__("random").Random(seed)
+    """compare_verdicts.boot's resampling for a ratio of means, sum(num) / sum(den) over the drawn seeds."""
+    rng = random.Random(seed)
     n = len(num)
     out = []
     for _ in range(draws):
@@ -458,14 +455,8 @@ def gpu_figures(root=None):
     base = Path(root) if root else OLD
 
     def load(name):
-        out = {}
         p = base / name
-        if not p.exists():
-            return None
-        for r in csv.DictReader(open(p, newline="")):
-            if r["scenario"] == "operator-outliers":
-                out.setdefault(r["arm"], {})[int(r["seed"])] = float(r["final_val_loss"])
-        return out
+        return load_arms(str(p), "operator-outliers") if p.exists() else None
 
     cpu, gpu = load(GPU_CPU), load(GPU_GPU)
     if cpu is None or gpu is None:

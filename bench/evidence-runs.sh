@@ -25,6 +25,10 @@ cd "$(dirname "$0")/.."
 OUT=${1:-build/evidence}
 JOBS=${JOBS:-1}
 NICE=${NICE:-10}
+# Under setsid the queue is its own scheduling autogroup, which nice(1)
+# alone does not lower against other sessions: lower the group itself
+# (Linux; silently skipped elsewhere).
+echo "$NICE" > /proc/self/autogroup 2>/dev/null || true
 DEMO=${DEMO:-build/demo/gnmr-demo}
 PY=${PY:-python/build/venv/bin/python}
 TS=bench/python/trainer_stability.py

@@ -11,6 +11,10 @@
 #   GNMR_HARDENING=0        do nothing (e.g. a quick local scripts/test.sh)
 #   GNMR_FUZZ_SECONDS=N     libFuzzer time per target (default 30; 0 = skip step 2)
 #   SAN_BUILD_DIR, FUZZ_BUILD_DIR   build directories (build-sanitize, build-fuzz)
+#   GNMR_SAN_CXX            compiler of the sanitizer build (default: CMake's
+#                           choice; scripts/test.sh passes clang++)
+#   GNMR_SAN_LABELS         CTest labels run under the sanitizers
+#                           (default '^(unit|fuzz)$'; test.sh adds soak)
 # Needs: g++ (or any compiler with ASan/UBSan), clang++ with libFuzzer
 # (Debian: clang libclang-rt-14-dev; scripts/install-deps.sh installs them).
 # A fuzzer finding stops the script with the input saved under
@@ -39,12 +43,17 @@ gen() { [ -f "$1/CMakeCache.txt" ] || echo "-G Ninja"; }
 echo "hardening: ASan+UBSan build in $san"
 # -O1: sanitizer builds compile much faster than -O3 and still inline enough.
 # shellcheck disable=SC2046
-cmake -S . -B "$san" $(gen "$san") "${common[@]}" -DGNMR_SANITIZE=ON \
+san_cxx=()
+[ -n "${GNMR_SAN_CXX:-}" ] && san_cxx=(-DCMAKE_CXX_COMPILER="$GNMR_SAN_CXX")
+# MPI off: its tests are not run here, and Open MPI's wrappers need not
+# match the sanitizer build's compiler.
+cmake -S . -B "$san" $(gen "$san") "${common[@]}" "${san_cxx[@]}" -DGNMR_SANITIZE=ON \
+  -DGNMR_BUILD_DEMO=OFF -DGNMR_WITH_MPI=OFF -DGNMR_WITH_NCCL=OFF \
   -DCMAKE_CXX_FLAGS_RELEASE="-O1 -g1"
 cmake --build "$san" -j"$jobs" --target gnmr_tests "${targets[@]/%/_replay}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-ctest --test-dir "$san" --output-on-failure -j2 -L '^(unit|fuzz)$'
+ctest --test-dir "$san" --output-on-failure -j2 -L "${GNMR_SAN_LABELS:-^(unit|fuzz)\$}"
 
 # --- 2. libFuzzer -------------------------------------------------------------
 if [ "$secs" = "0" ]; then

@@ -23,6 +23,12 @@
 #      under the other emulation (gnmr's default as shipped; needs the gnmr
 #      package in the interpreter).
 set -uo pipefail
+# Started under setsid (as the docs say), the queue is its own scheduling
+# autogroup, and nice(1) then weighs it only against itself: a build in
+# another session would still get half the cores. The autogroup's own nice
+# makes the queue yield to interactive work (Linux; silently skipped
+# elsewhere).
+echo 19 > /proc/self/autogroup 2>/dev/null || true
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 out="build/mx-cpu"

@@ -260,6 +260,12 @@ int main(int argc, char** argv) {
   std::vector<RunStats> runs;
   const bool several = opt.presets.size() > 1;
   try {
+    // A preset whose trigger needs each unit's aux signal (gnmr-noise-floor:
+    // the quantization noise) cannot run on a trace, which holds norms only.
+    for (const auto& p : opt.presets)
+      if (!gnmr::presets::is_layered(p) && gnmr::presets::make(p, 1)->needs_aux())
+        throw replay::UsageError("preset '" + p + "' needs each unit's noise with every step, which a "
+                                 "trace does not hold: it cannot be replayed");
     for (const auto& p : opt.presets) runs.push_back(run_one(trace, p, opt, several));
   } catch (const replay::UsageError& e) {
     std::fprintf(stderr, "gnmr-replay: %s\n", e.what());

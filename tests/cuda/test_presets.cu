@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "gnmr/host/layered.hpp"
 #include "gnmr/presets/make.hpp"
 #include "harness.cuh"
+#include "../support/aux_steps.hpp"
 #include "../support/guard_probes.hpp"
 #include "../support/summary_eq.hpp"
 #include "../support/trace_gen.hpp"
@@ -49,19 +51,26 @@ void run_preset(const std::string& name, std::size_t units = 0, int steps_ = 0) 
   EXPECT(dev->name() == name && dev->num_units() == n && dev->max_in_recovery() == host->max_in_recovery(),
          "%s: identity", name.c_str());
   std::unique_ptr<gnmr::DynController> resumed;
-  std::vector<float> in(n);
-  Dev<float> d_in(n);
+  std::vector<float> in(n), aux;
+  Dev<float> d_in(n), d_aux(n);
+  EXPECT(dev->needs_aux() == host->needs_aux(), "%s: needs_aux", name.c_str());
   std::size_t bad = 0, bad_resumed = 0, acted = 0;
   for (int s = 1; s <= steps; ++s) {
     tracegen::preset_partials(s, in);  // spikes every preset acts on (see trace_gen.hpp)
     d_in.upload(in);
-    CK(dev->step(d_in.p, 0));
-    host->step(in.data(), n);
+    if (dev->needs_aux()) {  // gnmr-noise-floor: each unit's noise too (aux_steps.hpp)
+      auxsteps::aux_partials(in.data(), n, aux);
+      d_aux.upload(aux);
+      CK(dev->step_with_aux(d_in.p, d_aux.p, 0));
+    } else {
+      CK(dev->step(d_in.p, 0));
+    }
+    auxsteps::step(*host, in.data(), n);
     CK(cudaDeviceSynchronize());
     bad += diff_step(*host, *dev);
     acted += host->summary().triggered + host->summary().skip_step;
     if (resumed) {
-      resumed->step(in.data(), n);
+      auxsteps::step(*resumed, in.data(), n);
       bad_resumed += diff_step(*resumed, *dev);
     }
     if (s == half) {
@@ -287,6 +296,27 @@ void test_presets_on_device() {
     bad_name = true;
   }
   EXPECT(bad_name, "an unknown preset name must throw std::invalid_argument");
+
+  // gnmr-noise-floor refuses a step without each unit's noise, on the host
+  // before anything is enqueued (the step counter does not move).
+  auto nf = gnmr::cuda::make_device("gnmr-noise-floor", 4);
+  Dev<float> d4(4);
+  d4.upload(std::vector<float>(4, 1.0f));
+  bool refused = false;
+  try {
+    nf->step(d4.p, 0);
+  } catch (const std::logic_error&) {
+    refused = true;
+  }
+  EXPECT(refused && nf->steps_done() == 0, "gnmr-noise-floor stepped without its aux signal");
+  auto lay = gnmr::cuda::make_device("default", 4);
+  bool no_aux = false;
+  try {
+    lay->step_with_aux(d4.p, d4.p, 0);
+  } catch (const std::logic_error&) {
+    no_aux = true;
+  }
+  EXPECT(no_aux, "a layered device controller must refuse step_with_aux");
 }
 
 }  // namespace gpu_test

@@ -32,6 +32,12 @@ def test_names_and_flags_come_from_the_library():
     with pytest.raises(ValueError, match="unknown"):
         gnmr_jax.is_global("nope")
 
+    # The noise floor needs each unit's noise with every step: refused with
+    # the reason, before anything is compiled.
+    assert "gnmr-noise-floor" in names
+    with pytest.raises(ValueError, match="noise"):
+        gnmr_jax.fresh_state("gnmr-noise-floor", "", 3)
+
 
 def test_the_state_is_the_cpp_blob_and_is_updated_in_place():
     s0 = gnmr_jax.fresh_state("gnmr", "", 3)

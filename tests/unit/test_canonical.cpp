@@ -129,11 +129,11 @@ TEST_CASE("a resumed run saves the very blob of the run that never stopped", "[s
     const auto tr = dyntest::rows(77, n, 120);
     auto straight = presets::make(name, n);
     auto first = presets::make(name, n);
-    for (int t = 0; t < 120; ++t) straight->step_norms(tr[static_cast<std::size_t>(t)]);
-    for (int t = 0; t < 60; ++t) first->step_norms(tr[static_cast<std::size_t>(t)]);
+    for (int t = 0; t < 120; ++t) auxsteps::step_norms(*straight, tr[static_cast<std::size_t>(t)]);
+    for (int t = 0; t < 60; ++t) auxsteps::step_norms(*first, tr[static_cast<std::size_t>(t)]);
     auto resumed = presets::make(name, n);
     resumed->load(first->save());
-    for (int t = 60; t < 120; ++t) resumed->step_norms(tr[static_cast<std::size_t>(t)]);
+    for (int t = 60; t < 120; ++t) auxsteps::step_norms(*resumed, tr[static_cast<std::size_t>(t)]);
     REQUIRE(resumed->save() == straight->save());
   }
 }

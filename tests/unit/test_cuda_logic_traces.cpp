@@ -11,6 +11,7 @@
 
 #include "../support/trace_gen.hpp"
 #include "gnmr/presets/make.hpp"
+#include "../support/aux_steps.hpp"
 
 TEST_CASE("preset GPU test trace makes every preset act within the quick step count",
           "[cuda-logic][traces]") {
@@ -24,7 +25,7 @@ TEST_CASE("preset GPU test trace makes every preset act within the quick step co
     std::size_t acted = 0;
     for (int s = 1; s <= 130; ++s) {
       tracegen::preset_partials(s, in);
-      host->step(in.data(), n);
+      auxsteps::step(*host, in.data(), n);
       acted += host->summary().triggered + host->summary().skip_step;
     }
     INFO("preset " << name);

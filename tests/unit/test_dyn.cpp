@@ -36,7 +36,8 @@ TEST_CASE("make() builds every preset with the published defaults", "[dyn]") {
   const auto names = presets::names();
   REQUIRE(names == std::vector<std::string>{"none", "clip", "zclip", "adagc", "spam", "skip-step",
                                             "stabilizer", "gnmr", "gnmr-ladder", "gnmr-promote",
-                                            "gnmr-clip", "gnmr-systemic", "gnmr-calibrated", "default"});
+                                            "gnmr-clip", "gnmr-systemic", "gnmr-calibrated", "gnmr-noise-floor",
+                                            "default"});
   CHECK(presets::is_global("clip"));
   CHECK(presets::is_global("zclip"));
   CHECK(presets::is_global("skip-step"));
@@ -55,7 +56,7 @@ TEST_CASE("make() builds every preset with the published defaults", "[dyn]") {
     CHECK(slots == (name.rfind("gnmr", 0) == 0 || name == "default" ? 4u : 0xffffffffu));
     // The safety action holds for every preset: a non-finite unit is skipped.
     for (const auto& r : rows(7, d->num_units(), 300)) {
-      d->step_norms(r);
+      auxsteps::step_norms(*d, r);
       for (std::size_t u = 0; u < r.size(); ++u) {
         const auto& dec = d->decisions()[u];
         if (std::isnan(r[u])) {

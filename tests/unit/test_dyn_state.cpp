@@ -30,14 +30,14 @@ TEST_CASE("DynController state round-trips through save()/load()", "[dyn]") {
     const std::size_t n = units_for(name);
     auto a = presets::make(name, n);
     const auto tr = rows(41, n, 500);
-    for (int t = 0; t < 250; ++t) a->step_norms(tr[t]);
+    for (int t = 0; t < 250; ++t) auxsteps::step_norms(*a, tr[t]);
     const std::vector<std::uint8_t> blob = a->save();
     auto b = presets::make(name, n);
     b->load(blob);
     CHECK(b->steps_done() == 250);
     for (int t = 250; t < 500; ++t) {
-      const auto& sa = a->step_norms(tr[t]);
-      const auto& sb = b->step_norms(tr[t]);
+      const auto& sa = auxsteps::step_norms(*a, tr[t]);
+      const auto& sb = auxsteps::step_norms(*b, tr[t]);
       REQUIRE(sa.step == sb.step);
       for (std::size_t u = 0; u < n; ++u) {
         REQUIRE(a->decisions()[u].scale == b->decisions()[u].scale);
@@ -117,11 +117,16 @@ TEST_CASE("with_preset hands over the controller that make() wraps", "[dyn][pres
   gnmr::presets::Options oc;  // the calibrated trigger takes rate, not tau
   oc.max_o = 2;
   oc.rate = 1e-2f;
+  gnmr::presets::Options on;  // the noise floor takes noise_c
+  on.max_o = 2;
+  on.noise_c = 2.0f;
   for (const std::string& name : gnmr::presets::names()) {
     if (gnmr::presets::is_layered(name)) continue;  // "default": test_layered.cpp, test_calibrated.cpp
     const bool gnmr_like = name.rfind("gnmr", 0) == 0;
-    const gnmr::presets::Options& opt =
-        name == "gnmr-calibrated" ? oc : (gnmr_like ? o : gnmr::presets::Options{});
+    const gnmr::presets::Options& opt = name == "gnmr-calibrated"    ? oc
+                                        : name == "gnmr-noise-floor" ? on
+                                        : gnmr_like                  ? o
+                                                                     : gnmr::presets::Options{};
     const std::size_t n = gnmr::presets::is_global(name) ? 1 : 5;
     auto dyn = gnmr::presets::make(name, n, opt);
     std::vector<std::vector<float>> trace = {{1.0f, 4.0f, 1.0f, 0.5f, 2.0f}, {1.1f, 3.9f, 0.9f, 0.6f, 2.1f},
@@ -129,8 +134,8 @@ TEST_CASE("with_preset hands over the controller that make() wraps", "[dyn][pres
     for (auto& p : trace) p.resize(n);
     const auto blob = gnmr::presets::with_preset(name, n, opt, [&](auto c) {
       for (const auto& p : trace) {
-        dyn->step(p);
-        c.step(p.data(), n);
+        auxsteps::step(*dyn, p.data(), n);
+        auxsteps::step(c, p.data(), n);
         for (std::size_t i = 0; i < n; ++i) {
           CHECK(c.decisions()[i].flags == dyn->decisions()[i].flags);
           CHECK(c.decisions()[i].scale == dyn->decisions()[i].scale);

@@ -90,6 +90,12 @@ struct UnitView {
   float risk;
   float stddev;  // the tracker's spread, 0 for trackers without one
   float target;  // the norm the trigger's own rule would clip to
+  // A second per-unit signal the caller gives with the step
+  // (step_with_aux: the noise-floor trigger's quantization-noise norm,
+  // finished by the NormPolicy like the norm). Seen by
+  // TriggerPolicy::evaluate only: 0 in the views of the commit phase (feed,
+  // update, the recovery action) and on every step without aux.
+  float aux;
   std::uint32_t count;  // k_i: accepted samples in the mean
   std::uint32_t flags;  // Flag bits decided so far
   std::uint32_t unit;   // i, the unit's index (a per-unit threshold, a lookup of one's own)

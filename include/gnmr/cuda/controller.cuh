@@ -130,17 +130,35 @@ class DeviceController {
   // Throws std::invalid_argument / std::logic_error on misuse detectable on
   // the host; returns the launch error otherwise. Enqueue only.
   cudaError_t step(const float* d_partials, cudaStream_t stream = 0) {
+    check_no_aux("step", "step_with_aux");
     if (d_partials == nullptr) throw std::invalid_argument("gnmr: DeviceController::step: null partials");
-    if (norm_needs_numel<Norm>() && !numel_set_)
-      throw std::logic_error(std::string("gnmr: ") + Norm::kName +
-                             " norm needs unit sizes: call set_unit_numel() first");
-    return launch<true>(d_partials, stream);
+    check_numel();
+    return launch<true>(d_partials, nullptr, stream);
   }
   // One step from finished norms (one per unit) in device memory.
   cudaError_t step_norms(const float* d_norms, cudaStream_t stream = 0) {
+    check_no_aux("step_norms", "step_norms_with_aux");
     if (d_norms == nullptr) throw std::invalid_argument("gnmr: DeviceController::step_norms: null norms");
-    return launch<false>(d_norms, stream);
+    return launch<false>(d_norms, nullptr, stream);
   }
+  // The same with each unit's aux signal (UnitView::aux; the noise-floor
+  // trigger's quantization noise): its partials, finished by the NormPolicy
+  // in the evaluate kernel as the norms are (or its norms, for
+  // step_norms_with_aux), in device memory. Nothing more is allocated or
+  // synchronised; a trigger that does not read aux ignores it.
+  cudaError_t step_with_aux(const float* d_partials, const float* d_aux_partials, cudaStream_t stream = 0) {
+    if (d_partials == nullptr || d_aux_partials == nullptr)
+      throw std::invalid_argument("gnmr: DeviceController::step_with_aux: null partials");
+    check_numel();
+    return launch<true>(d_partials, d_aux_partials, stream);
+  }
+  cudaError_t step_norms_with_aux(const float* d_norms, const float* d_aux_norms, cudaStream_t stream = 0) {
+    if (d_norms == nullptr || d_aux_norms == nullptr)
+      throw std::invalid_argument("gnmr: DeviceController::step_norms_with_aux: null norms");
+    return launch<false>(d_norms, d_aux_norms, stream);
+  }
+  // Does the trigger read the aux signal (so that step() and step_norms() refuse)?
+  static constexpr bool needs_aux() { return gnmr::detail::needs_aux<Trigger>::value; }
 
   // Element count per unit (host array); RmsNorm needs it. Setup time:
   // synchronous upload.
@@ -259,9 +277,21 @@ class DeviceController {
     return b;
   }
 
+  void check_no_aux(const char* what, const char* instead) const {
+    if (needs_aux())
+      throw std::logic_error(std::string("gnmr: DeviceController::") + what + ": the " + Trigger::kName +
+                             " trigger needs each unit's aux signal: call " + instead + "()");
+  }
+  void check_numel() const {
+    if (norm_needs_numel<Norm>() && !numel_set_)
+      throw std::logic_error(std::string("gnmr: ") + Norm::kName +
+                             " norm needs unit sizes: call set_unit_numel() first");
+  }
+
   template <bool kFinish>
-  cudaError_t launch(const float* in, cudaStream_t stream) {
-    const detail::CtrlArgs<Policies> a = kernel_args();
+  cudaError_t launch(const float* in, const float* aux, cudaStream_t stream) {
+    detail::CtrlArgs<Policies> a = kernel_args();
+    a.aux = aux;
     cudaError_t e = launch_evaluate<kFinish>(a, in, stream);
     if (e != cudaSuccess) return e;
     // The commit as a programmatic dependent of the evaluation (sm_90+): its

@@ -62,6 +62,7 @@ struct CtrlArgs {
   StepSummary* summary;
   std::int64_t* step;
   const double* numel;  // per unit, only for norms that need it
+  const float* aux;     // per unit, the aux signal's partials (or norms); null: none (UnitView::aux)
   float* norm;          // this step's norms
   gnmr::detail::UnitVerdict* verdict;  // phase 1's evaluation of each unit, for the commit
   std::uint64_t* key;   // rank keys, 0 = not a candidate
@@ -188,7 +189,10 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_evaluate_select(CtrlArgs<
     const float x = in[i];
     const float norm = kFinish ? a.p.norm.finish(x, a.numel ? a.numel[i] : 1.0) : x;
     const State& st = kStage ? reinterpret_cast<const State*>(s_stage)[threadIdx.x] : a.state[i];
-    const UnitView v = gnmr::detail::evaluate_unit(a.p, st, norm, t, i);
+    const float ax = a.aux == nullptr ? 0.0f
+                     : kFinish        ? a.p.norm.finish(a.aux[i], a.numel ? a.numel[i] : 1.0)
+                                      : a.aux[i];
+    const UnitView v = gnmr::detail::evaluate_unit(a.p, st, norm, t, i, ax);
     held = (v.flags & kInRecovery) ? 1 : 0;
     cand = gnmr::detail::is_candidate(v.flags) ? 1 : 0;
     trig = (v.flags & kTriggered) ? 1 : 0;

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,21 @@ class DynDeviceController {
   // `stream`. Enqueue only; returns the launch error.
   virtual cudaError_t step(const float* d_partials, cudaStream_t stream = 0) = 0;
   virtual cudaError_t step_norms(const float* d_norms, cudaStream_t stream = 0) = 0;
+  // The same with each unit's aux signal (DeviceController::step_with_aux).
+  // Every typed controller takes it; the layered ones do not (they throw
+  // std::logic_error).
+  virtual cudaError_t step_with_aux(const float* d_partials, const float* d_aux_partials,
+                                    cudaStream_t stream = 0) {
+    (void)d_partials, (void)d_aux_partials, (void)stream;
+    throw std::logic_error("gnmr: " + name() + ": this device controller kind takes no aux signal");
+  }
+  virtual cudaError_t step_norms_with_aux(const float* d_norms, const float* d_aux_norms,
+                                          cudaStream_t stream = 0) {
+    (void)d_norms, (void)d_aux_norms, (void)stream;
+    throw std::logic_error("gnmr: " + name() + ": this device controller kind takes no aux signal");
+  }
+  // Does the trigger need the aux signal (step() and step_norms() refuse)?
+  virtual bool needs_aux() const { return false; }
 
   // Device arrays, valid once the step that wrote them has run.
   virtual const UnitDecision* decisions() const = 0;

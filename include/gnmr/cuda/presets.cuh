@@ -64,6 +64,13 @@ class DeviceDynAdapter final : public DynDeviceController {
   // type, and code holding this class itself must be able to omit it.
   cudaError_t step(const float* d, cudaStream_t s = 0) override { return dev_.step(d, s); }
   cudaError_t step_norms(const float* d, cudaStream_t s = 0) override { return dev_.step_norms(d, s); }
+  cudaError_t step_with_aux(const float* d, const float* a, cudaStream_t s = 0) override {
+    return dev_.step_with_aux(d, a, s);
+  }
+  cudaError_t step_norms_with_aux(const float* d, const float* a, cudaStream_t s = 0) override {
+    return dev_.step_norms_with_aux(d, a, s);
+  }
+  bool needs_aux() const override { return Device::needs_aux(); }
   const UnitDecision* decisions() const override { return dev_.decisions(); }
   const UnitReport* reports() const override { return dev_.reports(); }
   const StepSummary* summary() const override { return dev_.summary(); }

@@ -55,6 +55,7 @@ class GnmrController {
     reports_.assign(num_units, UnitReport{});
     decisions_.assign(num_units, UnitDecision{1.0f, 0u});
     norms_.assign(num_units, 0.0f);
+    aux_.assign(num_units, 0.0f);
     verdicts_.assign(num_units, detail::UnitVerdict{});
     numel_.assign(num_units, 1.0);
     candidates_.reserve(num_units);
@@ -100,12 +101,18 @@ class GnmrController {
 
   // One step from per-unit *partials* (Norm's sum of squares / max).
   const StepSummary& step(const float* partials, std::size_t n) {
-    check_size(partials, n, "step");
-    if (norm_needs_numel<Norm>() && !numel_set_)
-      throw std::logic_error(std::string("gnmr: ") + Norm::kName +
-                             " norm needs unit sizes: call set_unit_numel() first");
-    for (std::size_t i = 0; i < n; ++i) norms_[i] = p_.norm.finish(partials[i], numel_[i]);
-    return run_step();
+    check_no_aux("step", "step_with_aux");
+    finish_into(norms_, partials, n, "step");
+    return run_step(false);
+  }
+  // One step from per-unit partials and the partials of each unit's aux
+  // signal (UnitView::aux; the noise-floor trigger's quantization noise:
+  // its sum of squares, reduced over ranks like the partials), both
+  // finished by the NormPolicy. A trigger that does not read aux ignores it.
+  const StepSummary& step_with_aux(const float* partials, const float* aux_partials, std::size_t n) {
+    finish_into(norms_, partials, n, "step_with_aux");
+    finish_into(aux_, aux_partials, n, "step_with_aux (aux)");
+    return run_step(true);
   }
   const StepSummary& step(const std::vector<float>& partials) {
     return step(partials.data(), partials.size());
@@ -113,10 +120,22 @@ class GnmrController {
 
   // One step from finished norms (one per unit).
   const StepSummary& step_norms(const float* norms, std::size_t n) {
+    check_no_aux("step_norms", "step_norms_with_aux");
     check_size(norms, n, "step_norms");
     std::copy(norms, norms + n, norms_.begin());
-    return run_step();
+    return run_step(false);
   }
+  // One step from finished norms and finished aux norms (one each per unit).
+  const StepSummary& step_norms_with_aux(const float* norms, const float* aux_norms, std::size_t n) {
+    check_size(norms, n, "step_norms_with_aux");
+    check_size(aux_norms, n, "step_norms_with_aux (aux)");
+    std::copy(norms, norms + n, norms_.begin());
+    std::copy(aux_norms, aux_norms + n, aux_.begin());
+    return run_step(true);
+  }
+  // Does this controller's trigger read the aux signal (and so refuse
+  // step() and step_norms())?
+  static constexpr bool needs_aux() { return detail::needs_aux<Trigger>::value; }
   const StepSummary& step_norms(const std::vector<float>& norms) {
     return step_norms(norms.data(), norms.size());
   }
@@ -166,7 +185,20 @@ class GnmrController {
     if (ptr == nullptr) throw std::invalid_argument(std::string("gnmr: ") + what + ": null input");
   }
 
-  const StepSummary& run_step() {
+  void check_no_aux(const char* what, const char* instead) const {
+    if (needs_aux())
+      throw std::logic_error(std::string("gnmr: ") + what + ": the " + Trigger::kName +
+                             " trigger needs each unit's aux signal: call " + instead + "()");
+  }
+  void finish_into(std::vector<float>& out, const float* partials, std::size_t n, const char* what) {
+    check_size(partials, n, what);
+    if (norm_needs_numel<Norm>() && !numel_set_)
+      throw std::logic_error(std::string("gnmr: ") + Norm::kName +
+                             " norm needs unit sizes: call set_unit_numel() first");
+    for (std::size_t i = 0; i < n; ++i) out[i] = p_.norm.finish(partials[i], numel_[i]);
+  }
+
+  const StepSummary& run_step(bool with_aux) {
     const std::int64_t t = step_ + 1;
     const std::size_t n = state_.size();
     // A local copy of the policies: nothing the loops store can alias it,
@@ -178,7 +210,8 @@ class GnmrController {
     candidates_.clear();
     std::uint32_t held = 0, triggered = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      const UnitView v = detail::evaluate_unit(p, state_[i], norms_[i], t, static_cast<std::uint32_t>(i));
+      const UnitView v = detail::evaluate_unit(p, state_[i], norms_[i], t, static_cast<std::uint32_t>(i),
+                                               with_aux ? aux_[i] : 0.0f);
       verdicts_[i] = detail::verdict_of(v);
       held += (v.flags & kInRecovery) ? 1u : 0u;
       triggered += (v.flags & kTriggered) ? 1u : 0u;
@@ -228,6 +261,7 @@ class GnmrController {
   std::vector<UnitReport> reports_;
   std::vector<UnitDecision> decisions_;
   std::vector<float> norms_;
+  std::vector<float> aux_;  // this step's aux norms (step_with_aux)
   std::vector<detail::UnitVerdict> verdicts_;  // phase 1's evaluation of each unit, for phase 3
   std::vector<double> numel_;
   std::vector<std::uint32_t> candidates_;

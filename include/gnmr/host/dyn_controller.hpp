@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +31,20 @@ class DynController {
   virtual const StepSummary& step(const float* partials, std::size_t n) = 0;
   // One step from finished norms, one per unit.
   virtual const StepSummary& step_norms(const float* norms, std::size_t n) = 0;
+  // One step with each unit's aux signal too (GnmrController::step_with_aux,
+  // UnitView::aux). Every typed controller takes it (a trigger that does not
+  // read aux ignores it); the layered controllers do not (they throw
+  // std::logic_error).
+  virtual const StepSummary& step_with_aux(const float* partials, const float* aux_partials, std::size_t n) {
+    (void)partials, (void)aux_partials, (void)n;
+    throw std::logic_error("gnmr: " + name() + ": this controller kind takes no aux signal");
+  }
+  virtual const StepSummary& step_norms_with_aux(const float* norms, const float* aux_norms, std::size_t n) {
+    (void)norms, (void)aux_norms, (void)n;
+    throw std::logic_error("gnmr: " + name() + ": this controller kind takes no aux signal");
+  }
+  // Does the trigger need the aux signal (step() and step_norms() refuse)?
+  virtual bool needs_aux() const { return false; }
   const StepSummary& step(const std::vector<float>& partials) {
     return step(partials.data(), partials.size());
   }
@@ -92,6 +107,13 @@ class DynAdapter final : public DynController {
   const StepSummary& step_norms(const float* norms, std::size_t n) override {
     return c_.step_norms(norms, n);
   }
+  const StepSummary& step_with_aux(const float* partials, const float* aux_partials, std::size_t n) override {
+    return c_.step_with_aux(partials, aux_partials, n);
+  }
+  const StepSummary& step_norms_with_aux(const float* norms, const float* aux_norms, std::size_t n) override {
+    return c_.step_norms_with_aux(norms, aux_norms, n);
+  }
+  bool needs_aux() const override { return C::needs_aux(); }
   const std::vector<UnitDecision>& decisions() const override { return c_.decisions(); }
   const std::vector<UnitReport>& reports() const override { return c_.reports(); }
   const StepSummary& summary() const override { return c_.summary(); }

@@ -43,9 +43,12 @@ inline LayeredName split_layered(const std::string& given) {
   if (l.outer == "none" || is_gnmr(l.outer))
     throw std::invalid_argument("gnmr: the outer rule of '" + name +
                                 "' must be a peer's preset (clip, zclip, adagc, spam, skip-step, stabilizer)");
-  if (!is_gnmr(l.inner))
+  // gnmr-noise-floor needs each step's aux signal, which the layered
+  // controllers do not carry.
+  if (!is_gnmr(l.inner) || l.inner == "gnmr-noise-floor")
     throw std::invalid_argument("gnmr: the inner rule of '" + name + "' must be a GNMR preset (gnmr, gnmr-promote, "
-                                "gnmr-clip, gnmr-systemic, gnmr-ladder, gnmr-calibrated)");
+                                "gnmr-clip, gnmr-systemic, gnmr-ladder, gnmr-calibrated; not gnmr-noise-floor, "
+                                "whose steps take each unit's noise)");
   return l;
 }
 
@@ -77,6 +80,7 @@ inline void clear_option(Options& o, const std::string& k) {
   if (k == "rate") o.rate.reset();
   if (k == "floor") o.floor.reset();
   if (k == "ceiling") o.ceiling.reset();
+  if (k == "noise_c") o.noise_c.reset();
 }
 inline bool accepts(const PresetInfo& p, const std::string& k) {
   for (const auto& a : p.overrides)

@@ -64,6 +64,9 @@ struct Options {
   std::optional<float> rate;
   std::optional<float> floor;
   std::optional<float> ceiling;
+  // gnmr-noise-floor (NoiseFloorTrigger): a unit is a candidate while its
+  // norm is below noise_c times its quantization noise's norm (sqrt(3)).
+  std::optional<float> noise_c;
 };
 
 // The name a user gets without naming a preset (Python's Controller and
@@ -109,6 +112,7 @@ inline const std::vector<PresetInfo>& preset_table() {
       {"gnmr-clip", false, gnmr_knobs},
       {"gnmr-systemic", false, gnmr_knobs},
       {"gnmr-calibrated", false, calibrated_knobs},
+      {"gnmr-noise-floor", false, {"noise_c", "warmup", "beta", "max_o", "lock", "cooldown"}},
   };
   return t;
 }
@@ -147,6 +151,7 @@ inline std::vector<std::string> options_given(const Options& o) {
   if (o.rate) g.push_back("rate");
   if (o.floor) g.push_back("floor");
   if (o.ceiling) g.push_back("ceiling");
+  if (o.noise_c) g.push_back("noise_c");
   return g;
 }
 

@@ -127,6 +127,18 @@ auto with_preset(const std::string& name, std::size_t num_units, const Options& 
     if (o.cooldown) b.cooldown = detail::i32("cooldown", *o.cooldown);
     return f(GnmrCalibrated(num_units, {}, m, t, r, b, detail::gnmr_options(o, calibrated_systemic_rule(), calibrated_denied_rule())));
   }
+  if (name == "gnmr-noise-floor") {
+    NoiseFloorTrigger t;
+    if (o.noise_c) t.c = *o.noise_c;
+    if (o.warmup) t.warmup = u32("warmup", *o.warmup);
+    EmaMean m;
+    if (o.beta) m.beta = *o.beta;
+    MaxO b;
+    if (o.max_o) b.max_o = detail::i32("max_o", *o.max_o);
+    if (o.lock) b.lock = detail::i32("lock", *o.lock);
+    if (o.cooldown) b.cooldown = detail::i32("cooldown", *o.cooldown);
+    return f(GnmrNoiseFloor(num_units, {}, m, t, PromotePrecision{}, b, {}));
+  }
   if (name == "gnmr" || name == "gnmr-promote") {
     ClipAndPromote r;
     if (o.kappa) r.first.kappa = *o.kappa;

@@ -31,6 +31,7 @@
 #include "gnmr/policy/recovery_norm_replace.hpp"
 #include "gnmr/policy/trigger.hpp"
 #include "gnmr/policy/trigger_calibrated.hpp"
+#include "gnmr/policy/trigger_noise.hpp"
 #include "gnmr/policy/trigger_zscore.hpp"
 
 namespace gnmr {
@@ -84,6 +85,13 @@ using Gnmr = GnmrPromote;
 // trigger sets per unit from a false-alarm rate (CalibratedTrigger,
 // docs/algorithm.md, "Calibrated trigger") instead of tau and delta.
 using GnmrCalibrated = GnmrController<L2Norm, EmaMean, CalibratedTrigger, ClipAndPromote, MaxO>;
+// The preset "gnmr-noise-floor": promotion of the units whose gradient is
+// below sqrt(3) times its quantization noise (NoiseFloorTrigger, Chmiel et
+// al.'s threshold per unit; docs/algorithm.md, "Noise-floor trigger"),
+// under GNMR's budget. Nothing is clipped; the systemic and denied-unit
+// rules are off (a denied unit keeps its low precision, which bounds
+// nothing and needs no bound). Steps take the noise: step_with_aux.
+using GnmrNoiseFloor = GnmrController<L2Norm, EmaMean, NoiseFloorTrigger, PromotePrecision, MaxO>;
 
 // The systemic rule of the presets "gnmr" and "gnmr-systemic", and the
 // denied-unit rule of "gnmr" (docs/record/stability.md, "Choosing the defaults").

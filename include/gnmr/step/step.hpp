@@ -88,6 +88,15 @@ template <class Trigger>
 struct needs_stddev<Trigger, std::void_t<decltype(Trigger::kNeedsStddev)>>
     : std::integral_constant<bool, Trigger::kNeedsStddev> {};
 
+// A trigger that needs each unit's aux signal (NoiseFloorTrigger) says so
+// with `static constexpr bool kNeedsAux = true`: the controllers then refuse
+// a step without it (step_with_aux).
+template <class Trigger, class = void>
+struct needs_aux : std::false_type {};
+template <class Trigger>
+struct needs_aux<Trigger, std::void_t<decltype(Trigger::kNeedsAux)>>
+    : std::integral_constant<bool, Trigger::kNeedsAux> {};
+
 template <class Mean>
 GNMR_HOST_DEVICE float stddev_of(const Mean& m, const typename Mean::State& s) {
   if constexpr (has_stddev<Mean>::value) {
@@ -204,10 +213,11 @@ template <class PS>
 GNMR_HOST_DEVICE UnitView evaluate_unit_from(const PS& p, const typename PS::UnitState& s,
                                              const typename PS::MeanT::State& ms,
                                              const typename PS::TriggerT::State& ts, float norm,
-                                             std::int64_t t, std::uint32_t unit) {
+                                             std::int64_t t, std::uint32_t unit, float aux = 0.0f) {
   using Rules = typename PS::BudgetT::Rules;
   UnitView v{};
   v.norm = norm;
+  v.aux = aux;
   v.unit = unit;
   v.step = t;
   v.granted_at = s.budget.granted_at;
@@ -238,10 +248,11 @@ GNMR_HOST_DEVICE UnitView evaluate_unit_from(const PS& p, const typename PS::Uni
   return v;
 }
 
-// Phase 1 (pure): unit i's view at step t from its state and norm.
+// Phase 1 (pure): unit i's view at step t from its state and norm (and the
+// caller's aux signal, 0 when none; UnitView::aux).
 template <class PS>
 GNMR_HOST_DEVICE UnitView evaluate_unit(const PS& p, const typename PS::UnitState& s, float norm,
-                                        std::int64_t t, std::uint32_t unit) {
+                                        std::int64_t t, std::uint32_t unit, float aux = 0.0f) {
   const bool timer = timer_restarts(p.opt, t);
   const bool history = !timer && history_restarts(p, s, norm);
   if (timer || history) {
@@ -249,18 +260,19 @@ GNMR_HOST_DEVICE UnitView evaluate_unit(const PS& p, const typename PS::UnitStat
     // verdict on the unit's history, restarts (the sample is its first).
     const typename PS::MeanT::State m0 = PS::MeanT::init();
     const typename PS::TriggerT::State t0 = PS::TriggerT::init();
-    UnitView v = evaluate_unit_from(p, s, m0, t0, norm, t, unit);
+    UnitView v = evaluate_unit_from(p, s, m0, t0, norm, t, unit, aux);
     if (history) v.flags |= kRestart;
     return v;
   }
-  return evaluate_unit_from(p, s, s.mean, s.trigger, norm, t, unit);
+  return evaluate_unit_from(p, s, s.mean, s.trigger, norm, t, unit, aux);
 }
 
 // What evaluate_unit decided about a unit, kept from phase 1 to phase 3
 // (the host controller's per-unit buffer, the device's workspace): the
 // view's fields that the evaluation computes. The norm, the step, the unit
 // and granted_at are known to phase 3 (the budget state is not changed in
-// between), so view_of(verdict_of(v), ...) is v, bit for bit.
+// between), so view_of(verdict_of(v), ...) is v, bit for bit, but for aux
+// (0 in the commit's view: only evaluate reads it, UnitView::aux).
 struct UnitVerdict {
   float mean, ratio, delta, risk, stddev, target;
   std::uint32_t count, flags;

@@ -77,7 +77,7 @@ inline double parse_double(const std::string& k, const std::string& v) {
 
 #define GNMR_JAX_FLOAT_OPTIONS(X)                                                                 \
   X(tau) X(delta) X(beta) X(kappa) X(max_norm) X(z) X(clip_factor) X(systemic_kappa) X(systemic_beta) \
-  X(deny_kappa) X(rate) X(floor) X(ceiling)
+  X(deny_kappa) X(rate) X(floor) X(ceiling) X(noise_c)
 #define GNMR_JAX_INT_OPTIONS(X) \
   X(warmup) X(window) X(delta_window) X(max_o) X(lock) X(cooldown) X(restart_every) X(systemic_max_grants)
 #define GNMR_JAX_DOUBLE_OPTIONS(X) X(systemic_share) X(systemic_maxo)

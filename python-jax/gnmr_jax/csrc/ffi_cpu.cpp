@@ -187,6 +187,13 @@ __attribute__((visibility("default"))) long gnmr_jax_init_state(const char* pres
   try {
     if (n == 0) throw std::invalid_argument("gnmr: a controller needs at least one unit");
     auto ctl = gnmr_jax::make_controller(preset, options, n);
+    // gnmr-noise-floor steps on each unit's quantization noise too
+    // (step_with_aux), which the JAX step does not carry: refused here, at
+    // trace time, rather than by the handler inside a compiled step.
+    if (ctl->needs_aux())
+      throw std::invalid_argument(std::string("gnmr_jax: preset '") + preset +
+                                  "' needs each unit's noise with every step, which the JAX step does not take "
+                                  "(use it from C++, CUDA or Python: docs/presets.md, gnmr-noise-floor)");
     const std::vector<std::uint8_t> blob = ctl->save();
     if (out != nullptr && cap >= blob.size()) std::memcpy(out, blob.data(), blob.size());
     gnmr_jax::host_pool().give_back(gnmr_jax::pool_key(preset, options, n), std::move(ctl));

@@ -68,7 +68,8 @@ class Controller:
             ``delta_window``, ``beta``, ``max_o``, ``lock``, ``cooldown``,
             ``kappa``, ``max_norm``, ``z``, ``clip_factor``, ``mean``,
             ``restart_every`` (stabilizer, spam), ``rate``, ``floor``,
-            ``ceiling`` (gnmr-calibrated, default).
+            ``ceiling`` (gnmr-calibrated, default), ``noise_c``
+            (gnmr-noise-floor, whose steps take ``aux``: :meth:`step`).
 
     Raises:
         ValueError: an unknown preset or override, an override the preset
@@ -114,6 +115,7 @@ class Controller:
         self._trace_open: Optional[str] = None
         self._last: Optional[StepSummary] = None
         self._decisions: Optional[Decisions] = None  # host copy of the latest decisions
+        self._pending_aux: Optional[torch.Tensor] = None  # set_aux(): the next step's aux
         self._ring: List[Optional[weakref.ref]] = [None] * _C.READBACK_SLOTS
 
     def _make_core(self, device: torch.device):
@@ -228,7 +230,8 @@ class Controller:
             raise ValueError("gnmr: this tensor is not watched by the controller") from None
 
     # ------------------------------------------------------------------ step ---
-    def step(self, optimizer: Optional[torch.optim.Optimizer] = None) -> StepSummary:
+    def step(self, optimizer: Optional[torch.optim.Optimizer] = None, *,
+             aux: Optional[torch.Tensor] = None) -> StepSummary:
         """One controller step over the current gradients, applied to them.
 
         Per unit, from its tensors' ``.grad`` (read in place): the norm, the
@@ -245,12 +248,22 @@ class Controller:
         optimizer skip a tensor); use :class:`gnmr.optim.AdamW` for a step
         with no sync at all. Not allowed inside CUDA graph capture.
 
+        ``aux``: each unit's aux signal as partials (a float32 tensor of
+        ``num_units`` values on the controller's device), which a trigger
+        that reads it needs (:attr:`needs_aux`): for ``gnmr-noise-floor``,
+        the sum of squares of the quantization noise in each unit's gradient
+        (``gnmr.integrations.nvfp4.noise_partials``). Other presets ignore it.
+        With sharded tensors, give the values summed over the ranks (the
+        gradient partials are reduced here; the aux ones are the caller's).
+
         Raises ValueError (nothing changed) when a gradient is unusable:
-        sparse, not dense, or not float32/bfloat16/float16.
+        sparse, not dense, or not float32/bfloat16/float16, or when ``aux``
+        is not such a tensor; RuntimeError (nothing changed) when the preset
+        needs ``aux`` and none is given.
         """
         if optimizer is not None:
             _check_optimizer(optimizer)  # before anything changes
-        s = self._step(apply=True)
+        s = self._step(apply=True, aux=aux)
         if optimizer is not None:
             self.reset_moments(optimizer)
         return s
@@ -261,9 +274,33 @@ class Controller:
         parallel): the norms are then reduced over their device mesh."""
         return self._sharded is not None
 
-    def _step(self, apply: bool, grads: Optional[List[Optional[torch.Tensor]]] = None) -> StepSummary:
+    def set_aux(self, aux: Optional[torch.Tensor]) -> None:
+        """Gives the next step its ``aux`` (as :meth:`step`'s ``aux``), for
+        a step this controller does not take itself: that of
+        :class:`gnmr.optim.AdamW` (``ctl.set_aux(nvfp4.noise_partials(model,
+        ctl)); opt.step()``). Used by the next step only; ``None`` clears it.
+        The tensor is read when that step runs."""
+        if aux is not None and not isinstance(aux, torch.Tensor):
+            raise TypeError(f"gnmr: aux must be a tensor or None, got {type(aux).__name__}")
+        self._pending_aux = aux
+
+    @property
+    def needs_aux(self) -> bool:
+        """Whether the preset's trigger reads each unit's aux signal
+        (``gnmr-noise-floor``): its steps then need ``step(aux=...)``."""
+        return bool(self._core.needs_aux)
+
+    def _step(self, apply: bool, grads: Optional[List[Optional[torch.Tensor]]] = None,
+              aux: Optional[torch.Tensor] = None) -> StepSummary:
         """One step; ``grads``: the sharded path's local gradients when the
-        caller (gnmr.optim.AdamW) has gathered them already."""
+        caller (gnmr.optim.AdamW) has gathered them already; ``aux``: the
+        units' aux partials (:meth:`step`)."""
+        if aux is None:
+            aux = self._pending_aux
+        if aux is None and self._core.needs_aux:
+            raise RuntimeError(f"gnmr: preset {self._core.name!r} needs each unit's aux signal: "
+                               "Controller.step(aux=...) or Controller.set_aux() before the step "
+                               "(docs/algorithm.md, Noise-floor trigger)")
         self._decisions = None
         self._follow()
         sh = self._sharded
@@ -271,10 +308,10 @@ class Controller:
             grads = sh.gather_grads()
         if self._device.type != "cuda":
             if sh is None:
-                s = StepSummary(self._core.step(apply))
+                s = StepSummary(self._core.step(apply, aux))
             else:  # local partials, one all-gather over the mesh, the step on the sums
                 self._core.local_partials(grads, self._partials)
-                s = StepSummary(self._core.step_reduced(sh.reduce(self._partials)))
+                s = StepSummary(self._core.step_reduced(sh.reduce(self._partials), aux))
         else:
             stream = torch.cuda.current_stream(self._device).cuda_stream
             if not self._core.capturing(stream):
@@ -288,10 +325,10 @@ class Controller:
                 raise RuntimeError("gnmr: Controller.step() cannot run inside CUDA graph capture; "
                                    "capture gnmr.optim.AdamW.step() instead")
             if sh is None:
-                slot = self._core.step(stream, apply)
+                slot = self._core.step(stream, apply, aux)
             else:
                 self._core.local_partials(grads, self._partials, stream)
-                slot = self._core.step_reduced(sh.reduce(self._partials), stream)
+                slot = self._core.step_reduced(sh.reduce(self._partials), stream, aux)
             if slot >= 0:
                 core = self._core
                 s = StepSummary(fetch=lambda: core.slot_summary(slot), ready=lambda: core.ready(slot))
@@ -301,6 +338,7 @@ class Controller:
         if apply and sh is not None:  # DTensor gradients: the decisions applied here, not in C++
             d = self.decisions()
             sh.apply(d.scale.tolist(), d.flags.tolist(), self._unit_of, int(Flag.SKIP), bool(s.skip_step))
+        self._pending_aux = None  # used (a step that raised keeps it)
         self._last = s
         return s
 

@@ -82,9 +82,9 @@ HostCore::HostCore(const std::string& preset, const gnmr::presets::Options& opti
       partials_(grads_.num_units()),
       logs_(std::move(names)) {}
 
-const gnmr::StepSummary& HostCore::step(bool apply) {
+const gnmr::StepSummary& HostCore::step(bool apply, const float* aux) {
   local_partials(nullptr, partials_.data());  // validates every gradient first
-  const gnmr::StepSummary& s = step_reduced(partials_.data());
+  const gnmr::StepSummary& s = step_reduced(partials_.data(), aux);
   if (apply) grads_.apply(ctl_->decisions().data(), s.skip_step != 0);
   return s;
 }
@@ -95,8 +95,9 @@ void HostCore::local_partials(const std::vector<at::Tensor>* grads, float* out) 
                            gnmr::Coverage::kEveryUnit, AtenFor{total_numel(grads_.segments())});
 }
 
-const gnmr::StepSummary& HostCore::step_reduced(const float* partials) {
-  const gnmr::StepSummary& s = ctl_->step(partials, partials_.size());
+const gnmr::StepSummary& HostCore::step_reduced(const float* partials, const float* aux) {
+  const gnmr::StepSummary& s =
+      aux ? ctl_->step_with_aux(partials, aux, partials_.size()) : ctl_->step(partials, partials_.size());
   logs_.write(s, ctl_->reports().data());
   return s;
 }
@@ -123,14 +124,14 @@ void CudaCore::gather(std::uintptr_t stream, const std::vector<at::Tensor>* grad
   ++replans_;
 }
 
-int CudaCore::step(std::uintptr_t stream, bool apply) {
+int CudaCore::step(std::uintptr_t stream, bool apply, const float* aux) {
   if (apply && capturing(stream))
     throw std::runtime_error(
         "gnmr: Controller.step() cannot run inside CUDA graph capture: it drops skipped "
         "gradients on the host, which needs the decisions there; capture gnmr.optim.AdamW.step() "
         "instead, whose kernel reads them on the device");
   prepare(stream);
-  const int slot = dev_.step(stream);
+  const int slot = dev_.step(stream, aux);
   last_slot_ = slot;
   if (apply) {
     dev_.wait(slot);
@@ -144,8 +145,8 @@ void CudaCore::local_partials(const std::vector<at::Tensor>& grads, float* out, 
   dev_.partials(out, stream);
 }
 
-int CudaCore::step_reduced(const float* partials, std::uintptr_t stream) {
-  const int slot = dev_.step_from(partials, stream);
+int CudaCore::step_reduced(const float* partials, std::uintptr_t stream, const float* aux) {
+  const int slot = dev_.step_from(partials, stream, aux);
   last_slot_ = slot;
   return slot;
 }

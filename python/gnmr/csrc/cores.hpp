@@ -49,7 +49,9 @@ class HostCore {
   // Norms from .grad, one controller step, the event log and trace rows,
   // and (apply) the decisions applied to the gradients. Throws before
   // anything changes when a gradient is unusable.
-  const gnmr::StepSummary& step(bool apply);
+  // aux: each unit's aux partials (float32, num_units; the noise-floor
+  // trigger's quantization noise as a sum of squares), or null.
+  const gnmr::StepSummary& step(bool apply, const float* aux = nullptr);
 
   // step()'s two halves, which the sharded path (gnmr/sharded.py) calls
   // around its cross-rank reduction: local_partials() writes the per-unit
@@ -59,7 +61,8 @@ class HostCore {
   // (reduced) sums and writes the logs. The sharded caller applies the
   // decisions itself (the gradients are DTensors).
   void local_partials(const std::vector<at::Tensor>* grads, float* out);
-  const gnmr::StepSummary& step_reduced(const float* partials);
+  const gnmr::StepSummary& step_reduced(const float* partials, const float* aux = nullptr);
+  bool needs_aux() const { return ctl_->needs_aux(); }
 
   std::size_t num_units() const { return ctl_->num_units(); }
   std::string name() const { return ctl_->name(); }
@@ -92,12 +95,12 @@ class CudaCore {
   // prepare() + one enqueued step; returns the readback slot (-1 while
   // capturing). apply: waits for this step's decisions (a sync with the
   // stream) and applies them to the gradients; refused under capture.
-  int step(std::uintptr_t stream, bool apply);
+  int step(std::uintptr_t stream, bool apply, const float* aux = nullptr);
   // The sharded path's halves (HostCore's), enqueued on `stream`: the local
   // partials into the device float array out, then a step on the reduced
   // device array (the readback slot, as step()).
   void local_partials(const std::vector<at::Tensor>& grads, float* out, std::uintptr_t stream);
-  int step_reduced(const float* partials, std::uintptr_t stream);
+  int step_reduced(const float* partials, std::uintptr_t stream, const float* aux = nullptr);
   std::uint64_t replans() const { return replans_; }
   DeviceController& device() { return dev_; }
   const DeviceController& device() const { return dev_; }

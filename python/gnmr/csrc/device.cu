@@ -143,10 +143,12 @@ void DeviceController::set_segments(const std::vector<gnmr::Segment>& segs) {
 
 int DeviceController::next_slot() const { return impl_->next; }
 
-int DeviceController::step(std::uintptr_t stream) {
+int DeviceController::step(std::uintptr_t stream, const float* aux) {
   partials(impl_->partials.as<float>(), stream);
-  return step_from(impl_->partials.as<float>(), stream);
+  return step_from(impl_->partials.as<float>(), stream, aux);
 }
+
+bool DeviceController::needs_aux() const { return impl_->ctl->needs_aux(); }
 
 void DeviceController::partials(float* out, std::uintptr_t stream) {
   Impl& I = *impl_;
@@ -155,7 +157,7 @@ void DeviceController::partials(float* out, std::uintptr_t stream) {
   check(gnmr::cuda::unit_partials<gnmr::L2Norm>(*I.plan, out, as_stream(stream)), "gnmr: unit_partials");
 }
 
-int DeviceController::step_from(const float* partials, std::uintptr_t stream) {
+int DeviceController::step_from(const float* partials, std::uintptr_t stream, const float* aux) {
   Impl& I = *impl_;
   DeviceGuard g(I.device);
   const cudaStream_t s = as_stream(stream);
@@ -164,7 +166,7 @@ int DeviceController::step_from(const float* partials, std::uintptr_t stream) {
     throw std::runtime_error(
         "gnmr: events() and trace() cannot record inside a CUDA graph capture (their host writes "
         "would be baked into the graph); close them with events(None) / trace(None) first");
-  check(I.ctl->step(partials, s), "gnmr: controller step");
+  check(aux ? I.ctl->step_with_aux(partials, aux, s) : I.ctl->step(partials, s), "gnmr: controller step");
   int slot = -1;
   if (!cap) {
     slot = I.next;

@@ -74,12 +74,15 @@ class DeviceController {
   // the stream is being captured (nothing is copied back then). Writes the
   // event log and the trace a step late when they are open (not allowed
   // under capture: std::runtime_error).
-  int step(std::uintptr_t stream);
+  // aux: a device array of each unit's aux partials (UnitView::aux: the
+  // noise-floor trigger's quantization noise), or null.
+  int step(std::uintptr_t stream, const float* aux = nullptr);
+  bool needs_aux() const;
   // The two halves of step() for the sharded path: the per-unit partials of
   // the plan's segments into the device array out (num_units floats), and a
   // step on a device array of (reduced) partials. Enqueue only.
   void partials(float* out, std::uintptr_t stream);
-  int step_from(const float* partials, std::uintptr_t stream);
+  int step_from(const float* partials, std::uintptr_t stream, const float* aux = nullptr);
   bool ready(int slot) const;
   void wait(int slot) const;  // synchronises with that step's copy only
   // The slot's host copies; valid after wait(slot).

@@ -34,9 +34,10 @@ int DeviceController::device() const { no_cuda(); }
 const void* DeviceController::zero_segment() const { no_cuda(); }
 void DeviceController::set_segments(const std::vector<gnmr::Segment>&) { no_cuda(); }
 int DeviceController::next_slot() const { no_cuda(); }
-int DeviceController::step(std::uintptr_t) { no_cuda(); }
+int DeviceController::step(std::uintptr_t, const float*) { no_cuda(); }
+bool DeviceController::needs_aux() const { no_cuda(); }
 void DeviceController::partials(float*, std::uintptr_t) { no_cuda(); }
-int DeviceController::step_from(const float*, std::uintptr_t) { no_cuda(); }
+int DeviceController::step_from(const float*, std::uintptr_t, const float*) { no_cuda(); }
 bool DeviceController::ready(int) const { no_cuda(); }
 void DeviceController::wait(int) const { no_cuda(); }
 gnmr::StepSummary DeviceController::slot_summary(int) const { no_cuda(); }

@@ -40,7 +40,7 @@ namespace {
 // doubles in C++ (a share of 0.29 must stay 0.29, not its float), the rest
 // floats; the action is a string.
 #define GNMR_PY_DOUBLE_OPTIONS(X) X(systemic_share) X(systemic_maxo)
-#define GNMR_PY_FLOAT2_OPTIONS(X) X(systemic_kappa) X(systemic_beta) X(deny_kappa) X(rate) X(floor) X(ceiling)
+#define GNMR_PY_FLOAT2_OPTIONS(X) X(systemic_kappa) X(systemic_beta) X(deny_kappa) X(rate) X(floor) X(ceiling) X(noise_c)
 
 std::vector<std::string> option_names() {
   std::vector<std::string> v;
@@ -230,6 +230,13 @@ float* partials_of(const at::Tensor& t, std::size_t num_units, bool cuda, const 
   return t.data_ptr<float>();
 }
 
+// A step's aux partials (Controller.step(aux=...)): None, or a tensor checked
+// as the partials are. The caller keeps it alive for the step.
+const float* aux_of(const py::object& aux, std::size_t num_units, bool cuda) {
+  if (aux.is_none()) return nullptr;
+  return partials_of(py::cast<at::Tensor>(aux), num_units, cuda, "aux");
+}
+
 GradTable grad_table(std::vector<at::Tensor> params, std::vector<std::uint32_t> units,
                      std::vector<std::string> labels, std::size_t num_units) {
   return GradTable(std::move(params), std::move(units), std::move(labels), num_units);
@@ -297,31 +304,34 @@ PYBIND11_MODULE(_C, m) {
         return new HostCore(preset, options_from(o), grad_table(std::move(params), std::move(units), std::move(labels), n),
                             std::move(names));
       }))
-      .def("step", [](HostCore& c, bool apply) {
-        if (apply) return summary_tuple(c.step(true));
+      .def("step", [](HostCore& c, bool apply, const py::object& aux) {
+        const float* a = aux_of(aux, c.num_units(), false);
+        if (apply) return summary_tuple(c.step(true, a));
         gnmr::StepSummary s;
         {
           // Nothing here touches a Python object (no gradient is dropped).
           py::gil_scoped_release release;
-          s = c.step(false);
+          s = c.step(false, a);
         }
         return summary_tuple(s);
-      })
+      }, py::arg("apply"), py::arg("aux") = py::none())
       .def("local_partials", [](HostCore& c, const LocalGrads& g, const at::Tensor& out) {
         float* o = partials_of(out, c.num_units(), false, "local_partials");
         const std::vector<at::Tensor> grads = local_grads(g);
         py::gil_scoped_release release;
         c.local_partials(&grads, o);
       })
-      .def("step_reduced", [](HostCore& c, const at::Tensor& p) {
+      .def("step_reduced", [](HostCore& c, const at::Tensor& p, const py::object& aux) {
         const float* d = partials_of(p, c.num_units(), false, "step_reduced");
+        const float* a = aux_of(aux, c.num_units(), false);
         gnmr::StepSummary s;
         {
           py::gil_scoped_release release;
-          s = c.step_reduced(d);
+          s = c.step_reduced(d, a);
         }
         return summary_tuple(s);
-      })
+      }, py::arg("partials"), py::arg("aux") = py::none())
+      .def_property_readonly("needs_aux", &HostCore::needs_aux)
       .def("summary", [](const HostCore& c) { return summary_tuple(c.summary()); })
       .def("decisions", [](const HostCore& c) { return decisions_pair(c.decisions()); })
       .def("reports", [](const HostCore& c) { return reports_dict(c.reports()); })
@@ -353,13 +363,17 @@ PYBIND11_MODULE(_C, m) {
       }))
       .def("capturing", &CudaCore::capturing)
       .def("prepare", &CudaCore::prepare)
-      .def("step", &CudaCore::step)
+      .def("step", [](CudaCore& c, std::uintptr_t stream, bool apply, const py::object& aux) {
+        return c.step(stream, apply, aux_of(aux, c.device().num_units(), true));
+      }, py::arg("stream"), py::arg("apply"), py::arg("aux") = py::none())
+      .def_property_readonly("needs_aux", [](const CudaCore& c) { return c.device().needs_aux(); })
       .def("local_partials", [](CudaCore& c, const LocalGrads& g, const at::Tensor& out, std::uintptr_t stream) {
         c.local_partials(local_grads(g), partials_of(out, c.device().num_units(), true, "local_partials"), stream);
       })
-      .def("step_reduced", [](CudaCore& c, const at::Tensor& p, std::uintptr_t stream) {
-        return c.step_reduced(partials_of(p, c.device().num_units(), true, "step_reduced"), stream);
-      })
+      .def("step_reduced", [](CudaCore& c, const at::Tensor& p, std::uintptr_t stream, const py::object& aux) {
+        return c.step_reduced(partials_of(p, c.device().num_units(), true, "step_reduced"), stream,
+                              aux_of(aux, c.device().num_units(), true));
+      }, py::arg("partials"), py::arg("stream"), py::arg("aux") = py::none())
       .def("next_slot", [](const CudaCore& c) { return c.device().next_slot(); })
       .def("ready", [](const CudaCore& c, int s) { return c.device().ready(s); })
       .def("slot_summary", [](const CudaCore& c, int s) {

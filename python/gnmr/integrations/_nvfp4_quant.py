@@ -96,7 +96,7 @@ def e2m1_round_nearest_even(v: torch.Tensor) -> torch.Tensor:
 
 
 def e2m1_round_stochastic(v: torch.Tensor, generator: Optional[torch.Generator] = None,
-                          draws: Optional[torch.Tensor] = None) -> torch.Tensor:
+                          draws: Optional[torch.Tensor] = None, *, with_variance: bool = False):
     """``v`` (fp32) rounded stochastically to E2M1: |v| between grid points
     lo < hi rounds to hi with probability p = (|v| - lo) / (hi - lo), else
     to lo (the sign kept; |v| >= 6 saturates to 6; NaN stays NaN). One
@@ -105,7 +105,12 @@ def e2m1_round_stochastic(v: torch.Tensor, generator: Optional[torch.Generator] 
     exact by Sterbenz's lemma, hi - lo a power of two) and u is a multiple of
     2**-24, so P(up) = ceil(p * 2**24) / 2**24: unbiased to 2**-24 of a grid
     step. With u fixed at 1/2 this is round-to-nearest with ties toward zero
-    (= RNE except at the midpoints 0.75, 1.75, 3.5, where RNE rounds up)."""
+    (= RNE except at the midpoints 0.75, 1.75, 3.5, where RNE rounds up).
+
+    ``with_variance``: also returns each element's rounding variance
+    E[(q - v)^2] = p (1 - p) (hi - lo)^2 = (hi - |v|)(|v| - lo) (0 on the
+    grid and where |v| saturates; NaN for NaN), computed from the same lo, hi
+    and p, without another draw; the rounded values are the same bits."""
     a = v.abs()
     grid = torch.tensor(E2M1_GRID, dtype=torch.float32, device=v.device)
     idx = (torch.searchsorted(grid, a.contiguous(), right=True) - 1).clamp_(0, len(E2M1_GRID) - 1)
@@ -116,12 +121,14 @@ def e2m1_round_stochastic(v: torch.Tensor, generator: Optional[torch.Generator] 
                     torch.zeros_like(a))
     if draws is None:
         draws = torch.rand(v.shape, generator=generator, dtype=torch.float32, device=v.device)
-    q = torch.copysign(torch.where(draws < p, hi, lo), v)
-    return torch.where(torch.isnan(v), v, q)
+    q = torch.where(torch.isnan(v), v, torch.copysign(torch.where(draws < p, hi, lo), v))
+    if not with_variance:
+        return q
+    return q, torch.where(torch.isnan(v), v, p * (1.0 - p) * (step * step))
 
 
 def _fake_quantize(x: torch.Tensor, block_rows: int, rounding: str,
-                   generator: Optional[torch.Generator], pts: Optional[torch.Tensor]) -> torch.Tensor:
+                   generator: Optional[torch.Generator], pts: Optional[torch.Tensor], with_variance: bool = False):
     r, c = x.shape
     if r % block_rows or c % BLOCK:
         raise ValueError(f"gnmr.nvfp4: shape {tuple(x.shape)} is not a multiple of the blocks; pad first")
@@ -134,6 +141,11 @@ def _fake_quantize(x: torch.Tensor, block_rows: int, rounding: str,
     if rounding == "rne":
         q = e2m1_round_nearest_even(v)
     elif rounding == "sr":
+        if with_variance:
+            q, var = e2m1_round_stochastic(v, generator, with_variance=True)
+            scale = pts * s
+            return ((q.reshape(xb.shape) * scale).reshape(r, c),
+                    (var.reshape(xb.shape) * (scale * scale)).reshape(r, c))
         q = e2m1_round_stochastic(v, generator)
     else:
         raise ValueError(f"gnmr.nvfp4: rounding must be 'rne' or 'sr', got {rounding!r}")
@@ -151,6 +163,14 @@ def quantize_1d(x: torch.Tensor, rounding: str = "rne", generator: Optional[torc
         x = x.float().contiguous()
         return NVFP4Tensor.to_nvfp4(x, BLOCK, per_tensor_scale=tensor_scale(x)).dequantize(torch.float32)
     return _fake_quantize(x, 1, rounding, generator, None)
+
+
+def quantize_1d_sr_with_variance(x: torch.Tensor, generator: Optional[torch.Generator] = None):
+    """``quantize_1d(x, "sr", generator)`` (the same bits, the same draws)
+    and each element's stochastic-rounding variance in x's units: p (1 - p)
+    (hi - lo)^2 (pts s_b)^2, the expected squared error the rounding adds to
+    that element (docs/algorithm.md, "Noise-floor trigger")."""
+    return _fake_quantize(x, 1, "sr", generator, None, with_variance=True)
 
 
 def quantize_2d(w: torch.Tensor) -> torch.Tensor:

@@ -52,10 +52,11 @@ from typing import Callable, Dict, Optional
 
 import torch
 
-from ._nvfp4_quant import (BLOCK, hadamard16, mix_seed, pad_to_blocks, quantize_1d, quantize_2d, rht,
-                           rht_signs)
+from ._nvfp4_quant import (BLOCK, hadamard16, mix_seed, pad_to_blocks, quantize_1d, quantize_1d_sr_with_variance,
+                           quantize_2d, rht, rht_signs)
 
-__all__ = ["NVFP4Recipe", "NVFP4Linear", "convert_to_nvfp4_training", "set_step", "nvfp4_modules"]
+__all__ = ["NVFP4Recipe", "NVFP4Linear", "convert_to_nvfp4_training", "set_step", "nvfp4_modules",
+           "noise_partials"]
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,18 @@ class _NVFP4LinearFn(torch.autograd.Function):
             if recipe.wgrad_hadamard:
                 q = _hadamard(layer.nvfp4_seed, dy.device)
                 dyt, xt = rht(dyt, q), rht(xt, q)
-            dw = (quantize_1d(dyt, rounding, gen(_WGRAD)) @ quantize_1d(xt).t()).to(weight.dtype)
+            xq = quantize_1d(xt)
+            if rounding == "sr":
+                # The same bits as quantize_1d(dyt, "sr", ...), and each
+                # element's rounding variance V: the noise the rounding adds
+                # to dW = q(dY^T) q(X^T)^T has E||e||^2 = sum_t (sum_n V[n,t])
+                # (sum_k q(X^T)[k,t]^2) (independent zero-mean draws), two
+                # reductions next to the GEMM (noise_partials).
+                dq, var = quantize_1d_sr_with_variance(dyt, gen(_WGRAD))
+                layer.nvfp4_noise = layer.nvfp4_noise.to(dy.device) + (var.sum(0) * (xq * xq).sum(0)).sum()
+            else:
+                dq = quantize_1d(dyt, rounding, gen(_WGRAD))
+            dw = (dq @ xq.t()).to(weight.dtype)
         if bias is not None and ctx.needs_input_grad[2]:
             db = dy.sum(0).to(bias.dtype)
         return dx, dw, db, None
@@ -153,6 +165,10 @@ class NVFP4Linear(torch.nn.Linear):
         self.nvfp4_key = int(key)
         self.nvfp4_step = 0
         self.nvfp4_micro = 0
+        # E||e||^2 of the stochastic-rounding noise in the weight gradient,
+        # summed over the backward passes since the last set_step() or
+        # noise_partials(); 0 with round-to-nearest gradients (no noise).
+        self.nvfp4_noise = torch.zeros((), dtype=torch.float32)
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, *, recipe: Optional[NVFP4Recipe] = None, seed: int = 0,
@@ -227,3 +243,25 @@ def set_step(model: torch.nn.Module, step: int) -> None:
     for m in model.modules():
         if isinstance(m, NVFP4Linear) and m.nvfp4_step != step:
             m.nvfp4_step, m.nvfp4_micro = step, 0
+            m.nvfp4_noise = torch.zeros_like(m.nvfp4_noise)
+
+
+def noise_partials(model: torch.nn.Module, controller) -> torch.Tensor:
+    """Each unit's quantization noise for ``controller.step(aux=...)``
+    (the preset ``gnmr-noise-floor``): a float32 tensor of
+    ``controller.num_units`` values on the controller's device, unit u the
+    sum over the NVFP4Linear layers whose weight it watches of E||e||^2, the
+    expected squared norm of the noise the weight-gradient GEMM's stochastic
+    rounding added this step (a sum of squares, as the gradient partials
+    are). Read from what the backward passes accumulated, then restarted;
+    no synchronisation. Units with no NVFP4 weight (or promoted this step:
+    no rounding) get 0, which the trigger never judges."""
+    out = torch.zeros(controller.num_units, dtype=torch.float32, device=controller.device)
+    for m in nvfp4_modules(model).values():
+        try:
+            u = controller.unit_of(m.weight)
+        except ValueError:
+            continue
+        out[u] += m.nvfp4_noise.to(out.device)
+        m.nvfp4_noise = torch.zeros_like(m.nvfp4_noise)
+    return out

@@ -31,6 +31,10 @@ mean loss, the share, the paired difference to `low` and the gap closed
 (L_low - L_arm) / (L_low - L_high) with bootstrap 95% intervals.
 
     python bench/python/nvfp4_arms.py --arms low,high --seeds 1-5 --steps 600 --out build/nvfp4-arms
+
+An arm may carry its slots and (noise-floor) its noise_c: NAME[/c=X][@SLOTS]
+("noise-floor@14", "noise-floor/c=3@1"); a slotted arm without @ runs at
+every --max-o.
 """
 from __future__ import annotations
 
@@ -46,7 +50,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import trainer_stability as ts  # noqa: E402  (the data and the bootstrap)
 
 ARMS = ("low", "high", "static-layers", "late-switch", "default", "noise-floor", "random")
-FIELDS = ["arm", "seed", "final_loss", "hp_share", "ops", "steps", "depth", "max_o", "noise_c", "wall_s"]
+FIELDS = ["arm", "seed", "final_loss", "hp_share", "fired_share", "ops", "steps", "depth", "max_o", "noise_c",
+          "wall_s"]
 LOCK = 8
 
 
@@ -97,7 +102,7 @@ def run(arm: str, seed: int, a) -> dict:
     if arm in ("default", "noise-floor"):
         units = gnmr_ao.operator_units(model)
         ctl = (gnmr.Controller(units, "default") if arm == "default" else
-               gnmr.Controller(units, "gnmr-noise-floor", noise_c=a.noise_c, max_o=a.max_o, lock=LOCK))
+               gnmr.Controller(units, "gnmr-noise-floor", noise_c=a.noise_c_now, max_o=a.max_o_now, lock=LOCK))
         gnmr_ao.enable_promotion(model, ctl)
 
     # Arms that choose their fp32 operators themselves: a forward that
@@ -132,14 +137,18 @@ def run(arm: str, seed: int, a) -> dict:
         model.train()
         return out
 
+    snr = open(Path(a.out) / f"snr-{seed}.csv", "w") if a.snr_log and arm == "noise-floor" else None
+    if snr is not None:
+        snr.write("step,unit,n_over_a\n")
     hp_op_steps = 0
+    fired = 0  # unit-steps gnmr's trigger fired on (granted or not)
     evals = []
     eval_from = a.steps - max(1, a.steps // 10)
     for t in range(a.steps):
         if arm == "late-switch":
             forced = {p for p, _ in ops} if t >= late_from else set()
         elif arm == "random" and t % LOCK == 0:
-            forced = set(rng.sample([p for p, _ in ops], min(a.max_o, len(ops))))
+            forced = set(rng.sample([p for p, _ in ops], min(a.max_o_now, len(ops))))
         # Operators in fp32 this step: the forced ones, gnmr's promoted ones,
         # the static ones (not converted at all).
         if arm == "high":
@@ -160,31 +169,71 @@ def run(arm: str, seed: int, a) -> dict:
         loss.backward()
         if ctl is not None:
             aux = nvfp4.noise_partials(model, ctl) if ctl.needs_aux else None
-            ctl.step(opt, aux=aux)
+            fired += ctl.step(opt, aux=aux).triggered
+            if snr is not None and aux is not None:
+                # n / a per operator: the measured norm over the noise's
+                # (development runs choose noise_c on it; docs/record/nvfp4.md)
+                nrm = ctl.reports()["norm"]
+                for u in range(len(nrm)):
+                    if float(aux[u]) > 0.0:
+                        snr.write(f"{t},{u},{float(nrm[u]) / math.sqrt(float(aux[u])):.6g}\n")
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if t >= eval_from and (t - eval_from) % max(1, (a.steps - eval_from) // 4) == 0 or t == a.steps - 1:
             evals.append(val_loss())
+    if snr is not None:
+        snr.close()
     return {"arm": arm, "seed": seed, "final_loss": round(sum(evals) / len(evals), 6),
-            "hp_share": round(hp_op_steps / (n_ops * a.steps), 6), "ops": n_ops, "steps": a.steps,
-            "depth": a.depth, "max_o": a.max_o if arm in ("noise-floor", "random") else "",
-            "noise_c": a.noise_c if arm == "noise-floor" else "", "wall_s": round(time.time() - t0, 1)}
+            "hp_share": round(hp_op_steps / (n_ops * a.steps), 6),
+            "fired_share": round(fired / (len(ops) * a.steps), 6) if ctl is not None else "", "ops": n_ops, "steps": a.steps,
+            "depth": a.depth, "max_o": a.max_o_now if arm in ("noise-floor", "random") else "",
+            "noise_c": a.noise_c_now if arm == "noise-floor" else "", "wall_s": round(time.time() - t0, 1)}
+
+
+SLOTTED = ("noise-floor", "random")  # the arms set to a share by --max-o
+
+
+def label(arm: str, max_o, noise_c="") -> str:
+    """An arm's name in the results: noise-floor and random carry their
+    slots ("noise-floor@14"), noise-floor its noise_c where it is not the
+    published sqrt(3) ("noise-floor/c=2.5@14"), so one file holds them all."""
+    c = ""
+    if arm == "noise-floor" and str(noise_c) != "" and abs(float(noise_c) - math.sqrt(3.0)) > 1e-9:
+        c = f"/c={float(noise_c):g}"
+    return f"{arm}{c}@{max_o}" if arm in SLOTTED and str(max_o) != "" else arm
+
+
+def parse_arm(tok: str, slots, noise_c: float):
+    """An --arms entry, NAME[/c=X][@SLOTS]: the runs (arm, slots, noise_c)
+    it stands for (slotted arms without @ take every --max-o)."""
+    name, _, m = tok.partition("@")
+    name, _, c = name.partition("/c=")
+    if name not in ARMS:
+        raise ValueError(f"unknown arm {name!r}; arms: {', '.join(ARMS)}")
+    if c and name != "noise-floor":
+        raise ValueError(f"{tok!r}: only noise-floor takes /c=")
+    if m and name not in SLOTTED:
+        raise ValueError(f"{tok!r}: only {' and '.join(SLOTTED)} take @SLOTS")
+    cc = float(c) if c else noise_c
+    ms = [int(m)] if m else (slots if name in SLOTTED else [""])
+    return [(name, x, cc) for x in ms]
 
 
 def summary(path: Path) -> None:
     rows = list(csv.DictReader(open(path)))
     by = {}
     for r in rows:
-        by.setdefault(r["arm"], {})[int(r["seed"])] = r
+        by.setdefault(label(r["arm"], r.get("max_o", ""), r.get("noise_c", "")), {})[int(r["seed"])] = r
     low, high = by.get("low", {}), by.get("high", {})
-    print(f"{'arm':<14}{'n':>4}{'loss':>10}{'share':>9}   arm - low [95%]            gap closed [95%]")
-    for arm in ARMS:
-        if arm not in by:
-            continue
+    print(f"{'arm':<22}{'n':>4}{'loss':>10}{'share':>9}{'fired':>8}   arm - low [95%]            gap closed [95%]")
+    order = {a: i for i, a in enumerate(ARMS)}
+    for arm in sorted(by, key=lambda k: (order.get(k.split("@")[0].split("/")[0], 99), k.split("@")[0], int(k.split("@")[1]) if "@" in k else 0)):
         seeds = sorted(by[arm])
         loss = sum(float(by[arm][s]["final_loss"]) for s in seeds) / len(seeds)
         share = sum(float(by[arm][s]["hp_share"]) for s in seeds) / len(seeds)
-        line = f"{arm:<14}{len(seeds):>4}{loss:>10.4f}{share:>9.4f}"
+        fv = [float(by[arm][s]["fired_share"]) for s in seeds if by[arm][s].get("fired_share")]
+        fired = f"{sum(fv) / len(fv):8.4f}" if fv else f"{'':8}"
+        line = f"{arm:<22}{len(seeds):>4}{loss:>10.4f}{share:>9.4f}{fired}"
         both = [s for s in seeds if s in low]
         if both and arm != "low":
             d = [float(by[arm][s]["final_loss"]) - float(low[s]["final_loss"]) for s in both]
@@ -210,17 +259,21 @@ def _sd(v):
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arms", default="low,high")
+    ap.add_argument("--arms", default="low,high",
+                    help="comma list of NAME[/c=X][@SLOTS], e.g. low,high,noise-floor@14,noise-floor/c=3@1")
     ap.add_argument("--seeds", default="1-5")
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--depth", type=int, default=6)
-    ap.add_argument("--max-o", type=int, default=2, help="noise-floor's and random's slots")
+    ap.add_argument("--max-o", default="2",
+                    help="noise-floor's and random's slots; a comma list runs each (e.g. 1,2,14)")
     ap.add_argument("--noise-c", type=float, default=math.sqrt(3.0))
     ap.add_argument("--late-share", type=float, default=None,
                     help="late-switch's share of the steps in fp32 (default 2 / depth)")
+    ap.add_argument("--snr-log", action="store_true",
+                    help="noise-floor runs write OUT/snr-SEED.csv: each operator-step's n / a")
     ap.add_argument("--text", default="/usr/share/games/fortunes")
     ap.add_argument("--out", default="build/nvfp4-arms")
     ap.add_argument("--summary", action="store_true", help="only print the summary of OUT/results.csv")
@@ -233,21 +286,29 @@ def main() -> None:
     if a.summary:
         summary(res)
         return
-    arms = [x for x in a.arms.split(",") if x]
-    for x in arms:
-        if x not in ARMS:
-            ap.error(f"unknown arm {x!r}; arms: {', '.join(ARMS)}")
-    done = set()
+    slots = [int(x) for x in a.max_o.split(",") if x]
+    try:
+        plan = [r for tok in a.arms.split(",") if tok for r in parse_arm(tok, slots, a.noise_c)]
+    except ValueError as e:
+        ap.error(str(e))
+    done, fields = set(), FIELDS
     if res.exists():
-        done = {(r["arm"], int(r["seed"])) for r in csv.DictReader(open(res))}
+        with open(res) as f:
+            rd = csv.DictReader(f)
+            fields = rd.fieldnames or FIELDS  # an older file keeps its columns
+            done = {(label(r["arm"], r.get("max_o", ""), r.get("noise_c", "")), int(r["seed"])) for r in rd}
+    # Seed-major: after k seeds every arm has k paired runs, so a queue
+    # stopped early still gives a paired (if wider) comparison.
     for seed in ts.parse_seeds(a.seeds):
-        for arm in arms:
-            if (arm, seed) in done:
+        for arm, m, c in plan:
+            if (label(arm, m, c), seed) in done:
                 continue
+            a.max_o_now = m if m != "" else (slots[0] if slots else 0)
+            a.noise_c_now = c
             row = run(arm, seed, a)
             new = not res.exists()
             with open(res, "a", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=FIELDS)
+                w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
                 if new:
                     w.writeheader()
                 w.writerow(row)

@@ -1,0 +1,61 @@
+"""bench/python/nvfp4_arms.py, the NVFP4 arms' harness (docs/record/nvfp4.md,
+"Protocol"): a tiny queue of real runs writes one row a run, a second call
+runs nothing again (the resume the long queues rely on), the arms' labels
+keep shares and noise_c apart, and a bad arm is refused by name."""
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "bench" / "python"
+sys.path.insert(0, str(BENCH))
+
+pytest.importorskip("transformers")
+import nvfp4_arms as na  # noqa: E402
+
+
+def test_arm_entries_and_labels():
+    assert na.parse_arm("low", [1, 14], 1.7320508075688772) == [("low", "", 1.7320508075688772)]
+    assert [m for _, m, _ in na.parse_arm("random", [1, 14], 1.0)] == [1, 14]
+    assert na.parse_arm("noise-floor/c=8@2", [1], 1.7320508075688772) == [("noise-floor", 2, 8.0)]
+    assert na.label("noise-floor", 14, 1.7320508075688772) == "noise-floor@14"
+    assert na.label("noise-floor", 14, "8") == "noise-floor/c=8@14"
+    assert na.label("random", 2) == "random@2"
+    assert na.label("low", "") == "low"
+    for bad, why in (("bogus", "unknown arm"), ("low@3", "only noise-floor and random"),
+                     ("random/c=2", "only noise-floor takes")):
+        with pytest.raises(ValueError, match=why):
+            na.parse_arm(bad, [1], 1.0)
+
+
+def run(out: Path, arms: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(BENCH / "nvfp4_arms.py"), "--arms", arms, "--seeds", "1",
+                           "--steps", "12", "--depth", "2", "--max-o", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_a_tiny_queue_writes_a_row_a_run_and_resumes(tmp_path):
+    r = run(tmp_path, "low,high,noise-floor,random")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = list(csv.DictReader(open(tmp_path / "results.csv")))
+    by = {na.label(x["arm"], x["max_o"], x["noise_c"]): x for x in rows}
+    assert sorted(by) == ["high", "low", "noise-floor@1", "random@1"]
+    assert float(by["high"]["hp_share"]) == 1.0 and float(by["low"]["hp_share"]) == 0.0
+    assert int(by["low"]["ops"]) == 14  # seven linears a block, two blocks
+    # random holds one operator of 14 in fp32 every step
+    assert float(by["random@1"]["hp_share"]) == pytest.approx(1 / 14, abs=1e-6)
+    # 12 steps are inside the trigger's warm-up: nothing fires, nothing is
+    # promoted, so the run is low's to the last bit
+    assert float(by["noise-floor@1"]["fired_share"]) == 0.0
+    assert by["noise-floor@1"]["final_loss"] == by["low"]["final_loss"]
+    assert by["low"]["final_loss"] != by["high"]["final_loss"]
+    again = run(tmp_path, "low,high,noise-floor,random")
+    assert again.returncode == 0
+    assert len(list(csv.DictReader(open(tmp_path / "results.csv")))) == 4  # nothing ran twice
+    bad = run(tmp_path, "low@2")
+    assert bad.returncode != 0 and "only noise-floor and random" in bad.stderr

@@ -34,22 +34,6 @@ phase "installing the dependencies"
 gen=()
 [ -f "$build/CMakeCache.txt" ] || gen=(-G Ninja)
 
-# shellcheck disable=SC2086
-# The Python suites' virtual environments (CTest's python and jax tests) are
-# made while the C++ build runs: pip spends most of that time reading and
-# unpacking wheels, which leaves the compilers their cores, and CTest then
-# finds them made (their stamps match) and goes straight to the tests. A
-# failure here is printed and left to CTest, which makes them again and
-# fails there with its own message.
-mkdir -p "$build"
-venvs_log="$build/venvs.log"
-(
-  GNMR_PY_PREPARE_ONLY=1 bash tests/python/run_pytest.sh
-  GNMR_PY_PREPARE_ONLY=1 bash tests/jax/run_pytest.sh
-) >"$venvs_log" 2>&1 &
-venvs=$!
-trap 'kill "$venvs" 2>/dev/null || true' EXIT  # a failed build leaves no pip behind
-
 # Without a GPU the CUDA targets are compile checks (their tests skip): their
 # host code is compiled without optimization, about a third less nvcc time
 # (gcc's -O3 was half of it); device code keeps ptxas's default -O3. With a
@@ -60,14 +44,10 @@ if nvidia-smi -L >/dev/null 2>&1; then
 else
   cuda_flags=(-DCMAKE_CUDA_FLAGS_RELEASE="-DNDEBUG")
 fi
+# shellcheck disable=SC2086
 cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release "${cuda_flags[@]}" ${GNMR_CMAKE_ARGS:-}
 cmake --build "$build" -j"$(nproc)"
 phase "the build"
-if ! wait "$venvs"; then
-  echo "test.sh: making the Python venvs failed (CTest will try again); its log:" >&2
-  tail -n 40 "$venvs_log" >&2
-fi
-phase "waiting for the Python venvs"
 ctest --test-dir "$build" --output-on-failure -j2
 phase "CTest"
 

@@ -18,8 +18,7 @@
 #    g++) into python-jax/build/, again when a header is newer;
 # 5. pytest over tests/jax from outside the source tree.
 #
-# Environment: GNMR_PYTHON, GNMR_JAX_VENV, GNMR_PY_PREPARE_ONLY=1 (make the venv,
-# nothing else), CXX, GNMR_JAX_REFERENCE,
+# Environment: GNMR_PYTHON, GNMR_JAX_VENV, CXX, GNMR_JAX_REFERENCE,
 # GNMR_PY_REFERENCE, GNMR_REPLAY and GNMR_GEN_TRACE (the C++ tools the
 # decisions are also compared with when built; CTest sets them),
 # GNMR_JAX_CUDA_CHECK=0 (no nvcc build of the CUDA handler).
@@ -51,8 +50,6 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.gnmr-stamp" 2>/dev/null)" != 
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$reqs"
   printf '%s' "$stamp" >"$venv/.gnmr-stamp"
 fi
-# scripts/test.sh makes the venv while the C++ build runs, then stops here.
-[ "${GNMR_PY_PREPARE_ONLY:-0}" = "1" ] && exit 0
 "$venv/bin/python" -c "import jax, optax; print('run_pytest (jax): jax', jax.__version__, 'optax', optax.__version__)"
 
 cd "$root"

@@ -18,8 +18,7 @@
 # 3. `pip install --no-build-isolation ./python` (compiles against that torch);
 # 4. pytest over tests/python from outside the source tree.
 #
-# Environment: GNMR_PYTHON, GNMR_PY_VENV, GNMR_PY_EXTRAS, GNMR_PY_PREPARE_ONLY=1
-# (make the venv, nothing else), GNMR_PY_REFERENCE /
+# Environment: GNMR_PYTHON, GNMR_PY_VENV, GNMR_PY_EXTRAS, GNMR_PY_REFERENCE /
 # GNMR_REPLAY (the C++ reference tools the decision tests compare with; CTest
 # sets them).
 set -euo pipefail
@@ -56,8 +55,6 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.gnmr-stamp" 2>/dev/null)" != 
   done
   printf '%s' "$stamp" >"$venv/.gnmr-stamp"
 fi
-# scripts/test.sh makes the venv while the C++ build runs, then stops here.
-[ "${GNMR_PY_PREPARE_ONLY:-0}" = "1" ] && exit 0
 "$venv/bin/python" -c "import torch; print('run_pytest: torch', torch.__version__)"
 
 cd "$root"

@@ -78,7 +78,7 @@ gnmr::presets::Options applicable(const gnmr::presets::Options& o, const std::st
   GNMR_KEEP(systemic_action) GNMR_KEEP_SYS(systemic_share) GNMR_KEEP_SYS(systemic_maxo)
   GNMR_KEEP_SYS(systemic_kappa) GNMR_KEEP_SYS(systemic_beta) GNMR_KEEP_SYS(systemic_max_grants)
   GNMR_KEEP(deny_action) GNMR_KEEP(deny_kappa)
-  GNMR_KEEP(rate) GNMR_KEEP(floor) GNMR_KEEP(ceiling)
+  GNMR_KEEP(rate) GNMR_KEEP(floor) GNMR_KEEP(ceiling) GNMR_KEEP(noise_c)
 #undef GNMR_KEEP
 #undef GNMR_KEEP_SYS
   return r;
@@ -104,8 +104,29 @@ bool shows_norm(const std::string& preset) {
   return preset == "none" || preset == "clip" || preset == "stabilizer";
 }
 
-RunStats run_one(const gnmr::Trace& t, const std::string& preset, const replay::Options& opt,
-                 bool several) {
+// The trace of each unit's aux norm (--aux): the same units, in the same
+// order, and the same steps as the norm trace, or an error naming the first
+// difference (a replay that paired norms and aux of different steps would
+// be silently wrong).
+void check_aux(const gnmr::Trace& t, const gnmr::Trace& aux, const std::string& path) {
+  if (aux.names != t.names) {
+    std::size_t u = 0;
+    while (u < t.names.size() && u < aux.names.size() && t.names[u] == aux.names[u]) ++u;
+    throw std::runtime_error(path + ": its units differ from the trace's (" + std::to_string(aux.num_units()) +
+                             " against " + std::to_string(t.num_units()) + "; first difference at column " +
+                             std::to_string(u + 2) + ")");
+  }
+  if (aux.steps != t.steps) {
+    std::size_t s = 0;
+    while (s < t.steps.size() && s < aux.steps.size() && t.steps[s] == aux.steps[s]) ++s;
+    throw std::runtime_error(path + ": its steps differ from the trace's (" + std::to_string(aux.num_steps()) +
+                             " rows against " + std::to_string(t.num_steps()) + "; first difference at row " +
+                             std::to_string(s + 1) + ")");
+  }
+}
+
+RunStats run_one(const gnmr::Trace& t, const gnmr::Trace* aux, const std::string& preset,
+                 const replay::Options& opt, bool several) {
   const bool global = gnmr::presets::is_global(preset);
   RunStats st;
   st.preset = preset;
@@ -151,7 +172,9 @@ RunStats run_one(const gnmr::Trace& t, const std::string& preset, const replay::
       g = global_norm(row, t.num_units());
       row = &g;
     }
-    const gnmr::StepSummary& sum = c->step_norms(row, st.units);
+    const bool with_aux = !global && c->needs_aux();  // aux: checked present in main
+    const gnmr::StepSummary& sum =
+        with_aux ? c->step_norms_with_aux(row, aux->row(s), st.units) : c->step_norms(row, st.units);
     const std::vector<gnmr::UnitReport>& rep = c->reports();
     st.triggers += sum.triggered;
     st.grants += sum.granted;
@@ -257,16 +280,49 @@ int main(int argc, char** argv) {
                   "sqrt(sum n_i^2) over the %zu units (non-finite if any is)\n",
                   p.c_str(), trace.num_units());
 
+  // A preset whose trigger reads each unit's aux signal (gnmr-noise-floor:
+  // the quantization noise) replays from a second trace of it (--aux).
+  bool any_aux = false;
+  for (const auto& p : opt.presets)
+    any_aux = any_aux || (!gnmr::presets::is_layered(p) && gnmr::presets::make(p, 1)->needs_aux());
+  if (!opt.aux.empty() && !any_aux) {
+    std::fprintf(stderr, "gnmr-replay: --aux given, but no preset given reads an aux signal "
+                         "(gnmr-noise-floor does)\n(gnmr-replay --help for usage)\n");
+    return 2;
+  }
+  if (any_aux && opt.aux.empty()) {
+    for (const auto& p : opt.presets)
+      if (!gnmr::presets::is_layered(p) && gnmr::presets::make(p, 1)->needs_aux())
+        std::fprintf(stderr, "gnmr-replay: preset '%s' needs each unit's aux norm with every step, which "
+                             "a norm trace does not hold: give it with --aux FILE (a trace of the same units "
+                             "and steps; Controller.trace(path, aux=...) writes one)\n", p.c_str());
+    return 2;
+  }
+  gnmr::Trace aux;
+  if (!opt.aux.empty()) {
+    std::ifstream in(opt.aux);
+    if (!in) {
+      std::fprintf(stderr, "gnmr-replay: cannot open the aux trace '%s'\n", opt.aux.c_str());
+      return 1;
+    }
+    try {
+      aux = gnmr::read_trace(in);
+      check_aux(trace, aux, opt.aux);
+    } catch (const gnmr::TraceError& e) {
+      std::fprintf(stderr, "gnmr-replay: %s:%zu: %s\n", opt.aux.c_str(), e.line, e.message.c_str());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gnmr-replay: %s\n", e.what());
+      return 1;
+    }
+    std::printf("aux %s: the same %zu steps and %zu units\n", opt.aux.c_str(), aux.num_steps(),
+                aux.num_units());
+  }
+
   std::vector<RunStats> runs;
   const bool several = opt.presets.size() > 1;
   try {
-    // A preset whose trigger needs each unit's aux signal (gnmr-noise-floor:
-    // the quantization noise) cannot run on a trace, which holds norms only.
-    for (const auto& p : opt.presets)
-      if (!gnmr::presets::is_layered(p) && gnmr::presets::make(p, 1)->needs_aux())
-        throw replay::UsageError("preset '" + p + "' needs each unit's noise with every step, which a "
-                                 "trace does not hold: it cannot be replayed");
-    for (const auto& p : opt.presets) runs.push_back(run_one(trace, p, opt, several));
+    for (const auto& p : opt.presets) runs.push_back(run_one(trace, opt.aux.empty() ? nullptr : &aux, p, opt, several));
   } catch (const replay::UsageError& e) {
     std::fprintf(stderr, "gnmr-replay: %s\n", e.what());
     return 2;

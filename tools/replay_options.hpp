@@ -29,6 +29,7 @@ struct Options {
   std::vector<std::string> presets;  // empty: {"default"}
   gnmr::presets::Options over;       // overrides for presets::make
   std::string events, plot, summary;
+  std::string aux;  // a second trace: each unit's aux norm a step (--aux)
   int top = 10;
   bool quiet = false;
   bool help = false;
@@ -41,11 +42,17 @@ Runs gnmr controllers over a recorded trace of per-unit gradient norms
 (CSV: header 'step,<unit1>,<unit2>,...', then one row 'step,<norm1>,...' per
 step; nan/inf/-inf cells are valid) and reports what they did.
 
+  --aux FILE       each unit's aux norm, a trace of the same units and
+                   steps (gnmr-noise-floor: the quantization noise's norm;
+                   Controller.trace(path, aux=...) writes it); needed by the
+                   presets whose trigger reads it, ignored by the others
+
   --preset NAME[,NAME...]  presets to run, one run each (default: default,
                            i.e. stabilizer+gnmr-calibrated):
                            none clip zclip adagc spam skip-step stabilizer
                            gnmr gnmr-ladder gnmr-promote gnmr-clip
-                           gnmr-systemic gnmr-calibrated default. clip, zclip and skip-step are
+                           gnmr-systemic gnmr-calibrated gnmr-noise-floor
+                           default. clip, zclip and skip-step are
                            global: they see one unit, the L2 norm
                            sqrt(sum n_i^2) of each row. OUTER+INNER
                            (stabilizer+gnmr, clip+gnmr-promote, ...) is a
@@ -84,6 +91,8 @@ step; nan/inf/-inf cells are valid) and reports what they did.
   --rate X         target false alarms per unit-step    (default 1e-3)
   --floor X        smallest jump (a factor) that fires  (default 2)
   --ceiling X      a ratio above X fires always, from step 2 (default 16; inf: none)
+ Noise-floor trigger (gnmr-noise-floor; docs/algorithm.md, "Noise-floor trigger"):
+  --noise-c X      a unit fires while its norm < X * its aux norm (default sqrt(3))
  Denied units (gnmr presets; docs/algorithm.md, "Denied units"):
   --deny-action A  what a denied (or held) unit gets: none | clip | clip-target
                    (gnmr: clip; gnmr-calibrated and default: clip-target; others: none)
@@ -218,6 +227,8 @@ inline bool apply(Options& o, const std::string& key, const std::string& v) {
     p.floor = to_float(k, v);
   } else if (k == "ceiling") {
     p.ceiling = to_float(k, v);
+  } else if (k == "noise-c") {
+    p.noise_c = to_float(k, v);
   } else if (k == "max-norm") {
     p.max_norm = to_float(k, v);
   } else if (k == "z") {
@@ -228,6 +239,8 @@ inline bool apply(Options& o, const std::string& key, const std::string& v) {
     p.restart_every = to_int(k, v);
   } else if (k == "events") {
     o.events = v;
+  } else if (k == "aux") {
+    o.aux = v;
   } else if (k == "plot") {
     o.plot = v;
   } else if (k == "summary") {

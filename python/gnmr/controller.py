@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import os
 import weakref
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import torch
 
@@ -112,7 +112,7 @@ class Controller:
         # The logs open on the core (path and options), so that a move to
         # another device carries them on (see _follow).
         self._events_open: Optional[tuple] = None
-        self._trace_open: Optional[str] = None
+        self._trace_open: Optional[Tuple[str, str]] = None  # (path, aux path or "")
         self._last: Optional[StepSummary] = None
         self._decisions: Optional[Decisions] = None  # host copy of the latest decisions
         self._pending_aux: Optional[torch.Tensor] = None  # set_aux(): the next step's aux
@@ -151,6 +151,9 @@ class Controller:
         if self._sharded is not None:
             raise ValueError(f"gnmr: the sharded (DTensor) units moved from {self._device} to {device}: "
                              f"build the gnmr.Controller after the model is placed")
+        if self._trace_open is not None and self._trace_open[1] and device.type != "cpu":
+            raise ValueError(f"gnmr: the units moved to {device}, but this controller writes an aux trace, "
+                             f"which a controller on the CPU only writes: call trace(None) first")
         blob = bytes(self._core.save())
         last_trace = int(self._core.last_trace_step) if self._trace_open is not None else 0
         new_device, core = self._make_core(device)
@@ -163,7 +166,11 @@ class Controller:
         if self._events_open is not None:
             core.open_events(self._events_open[0], self._events_open[1], append=True)
         if self._trace_open is not None:
-            core.open_trace(self._trace_open, append=True, last_step=last_trace)
+            path, aux = self._trace_open
+            if aux:  # a CPU core (checked above)
+                core.open_trace(path, append=True, last_step=last_trace, aux=aux)
+            else:
+                core.open_trace(path, append=True, last_step=last_trace)
         self._core, self._device = core, new_device
         self._ring = [None] * _C.READBACK_SLOTS
         self._decisions = None
@@ -467,17 +474,39 @@ class Controller:
             self._core.open_events(os.fspath(path), bool(nonfinite_as_null))
             self._events_open = (os.fspath(path), bool(nonfinite_as_null))
 
-    def trace(self, path: Optional[Union[str, os.PathLike]]) -> None:
+    def trace(self, path: Optional[Union[str, os.PathLike]], *,
+              aux: Optional[Union[str, os.PathLike]] = None) -> None:
         """Writes the per-unit norm trace CSV (gnmr::TraceWriter) that
         ``gnmr-replay`` reads, one row per later step, to ``path``
         (truncated); None closes it. On CUDA rows are written a step late
-        (no sync); :meth:`flush` writes the rest."""
+        (no sync); :meth:`flush` writes the rest.
+
+        ``aux``: a second trace, of each unit's finished aux norm a step
+        (for ``gnmr-noise-floor``, the quantization noise's norm), that
+        ``gnmr-replay TRACE --aux AUX`` replays beside the norms; only for a
+        controller that reads aux (:attr:`needs_aux`), on the CPU."""
         if path is None:
+            if aux is not None:
+                raise ValueError("gnmr: trace(None) closes both traces: give no aux")
             self._core.close_trace()
             self._trace_open = None
+            return
+        aux_path = ""
+        if aux is not None:
+            if not self.needs_aux:
+                raise ValueError(f"gnmr: preset {self._preset!r} reads no aux signal: an aux trace would "
+                                 f"hold nothing it steps on")
+            if self._device.type != "cpu":
+                raise ValueError(f"gnmr: an aux trace is written by a controller on the CPU only "
+                                 f"(this one is on {self._device})")
+            aux_path = os.fspath(aux)
+            if os.path.abspath(aux_path) == os.path.abspath(os.fspath(path)):
+                raise ValueError("gnmr: the aux trace must be another file than the trace")
+        if aux_path:
+            self._core.open_trace(os.fspath(path), aux=aux_path)
         else:
             self._core.open_trace(os.fspath(path))
-            self._trace_open = os.fspath(path)
+        self._trace_open = (os.fspath(path), aux_path)
 
     def flush(self) -> None:
         """Writes every pending log line and trace row (waits for the GPU)."""

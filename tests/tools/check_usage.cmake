@@ -37,8 +37,8 @@ expect(2 "share must be in [0, 1]" ${TRACE} --preset gnmr-systemic --systemic-sh
 expect(2 "systemic-maxo: 'x' is not a number" ${TRACE} --systemic-maxo x)
 expect(0 "gnmr-systemic " ${TRACE} --preset gnmr-systemic --systemic-action skip --deny-kappa 2 --quiet)
 expect(1 "cannot open trace" ${WORK}/missing.csv)
-# A trace holds norms, not the noise gnmr-noise-floor steps on.
-expect(2 "cannot be replayed" ${TRACE} --preset gnmr-noise-floor)
+# A trace holds norms, not the noise gnmr-noise-floor steps on: --aux gives it.
+expect(2 "give it with --aux FILE" ${TRACE} --preset gnmr-noise-floor)
 expect(0 "usage: gnmr-replay" --help)
 # Flags override the config file: lock 4 from the file, maxo 1 from the flag.
 expect(0 "gnmr " ${TRACE} --config ${WORK}/ok.cfg --maxo 1 --quiet)

@@ -209,6 +209,23 @@ TEST_CASE("noise floor: a step without the noise is refused and changes nothing"
   CHECK_THROWS_AS(presets::make("stabilizer+gnmr-noise-floor", 3), std::invalid_argument);
 }
 
+TEST_CASE("noise floor: aux_norms() is what the step judged, the bits an aux trace records", "[noise_floor]") {
+  using namespace gnmr;
+  auto ctl = presets::make("gnmr-noise-floor", 3);
+  REQUIRE(ctl->aux_norms() == std::vector<float>(3, 0.0f));  // before any step
+  const std::vector<float> sq{1.0f, 2.0f, 3.0f}, asq{0.25f, 2.0f, 0.0f};
+  ctl->step_with_aux(sq.data(), asq.data(), 3);
+  // L2's finish of each aux partial: sqrt, correctly rounded.
+  CHECK(ctl->aux_norms() == std::vector<float>{0.5f, std::sqrt(2.0f), 0.0f});
+  const std::vector<float> n{1.0f, 1.0f, 1.0f}, a{0.125f, std::nanf(""), 3.0f};
+  ctl->step_norms_with_aux(n.data(), a.data(), 3);
+  CHECK(ctl->aux_norms()[0] == 0.125f);
+  CHECK(std::isnan(ctl->aux_norms()[1]));
+  CHECK(ctl->aux_norms()[2] == 3.0f);
+  // The kinds without an aux path hold none.
+  CHECK(presets::make("default", 3)->aux_norms().empty());
+}
+
 TEST_CASE("noise floor: overrides, checks and the state blob", "[noise_floor]") {
   using namespace gnmr;
   presets::Options bad;

@@ -136,6 +136,10 @@ class GnmrController {
   // Does this controller's trigger read the aux signal (and so refuse
   // step() and step_norms())?
   static constexpr bool needs_aux() { return detail::needs_aux<Trigger>::value; }
+  // The finished aux norms of the last step that took them, one per unit
+  // (zeros before any): what an aux trace records, so that gnmr-replay
+  // --aux steps on the same bits.
+  const std::vector<float>& aux_norms() const { return aux_; }
   const StepSummary& step_norms(const std::vector<float>& norms) {
     return step_norms(norms.data(), norms.size());
   }

@@ -45,6 +45,12 @@ class DynController {
   }
   // Does the trigger need the aux signal (step() and step_norms() refuse)?
   virtual bool needs_aux() const { return false; }
+  // The last aux-taking step's finished aux norms (GnmrController::aux_norms);
+  // empty for the kinds that take no aux signal.
+  virtual const std::vector<float>& aux_norms() const {
+    static const std::vector<float> none;
+    return none;
+  }
   const StepSummary& step(const std::vector<float>& partials) {
     return step(partials.data(), partials.size());
   }
@@ -114,6 +120,7 @@ class DynAdapter final : public DynController {
     return c_.step_norms_with_aux(norms, aux_norms, n);
   }
   bool needs_aux() const override { return C::needs_aux(); }
+  const std::vector<float>& aux_norms() const override { return c_.aux_norms(); }
   const std::vector<UnitDecision>& decisions() const override { return c_.decisions(); }
   const std::vector<UnitReport>& reports() const override { return c_.reports(); }
   const StepSummary& summary() const override { return c_.summary(); }

@@ -98,7 +98,7 @@ void HostCore::local_partials(const std::vector<at::Tensor>* grads, float* out) 
 const gnmr::StepSummary& HostCore::step_reduced(const float* partials, const float* aux) {
   const gnmr::StepSummary& s =
       aux ? ctl_->step_with_aux(partials, aux, partials_.size()) : ctl_->step(partials, partials_.size());
-  logs_.write(s, ctl_->reports().data());
+  logs_.write(s, ctl_->reports().data(), aux ? &ctl_->aux_norms() : nullptr);
   return s;
 }
 

@@ -55,12 +55,23 @@ class Logs {
     ev_file_ = std::move(f);
     ev_ = std::move(w);
   }
-  void open_trace(const std::string& path, bool append = false, std::int64_t last_step = 0) {
+  // aux_path: a second trace, of each unit's finished aux norm a step (the
+  // noise-floor trigger's noise), that gnmr-replay --aux reads beside it.
+  void open_trace(const std::string& path, bool append = false, std::int64_t last_step = 0,
+                  const std::string& aux_path = std::string()) {
     auto f = open(path, "trace", append);
     std::unique_ptr<gnmr::TraceWriter> w(new gnmr::TraceWriter(*f, names_, !append));
+    std::unique_ptr<std::ofstream> af;
+    std::unique_ptr<gnmr::TraceWriter> aw;
+    if (!aux_path.empty()) {
+      af = open(aux_path, "aux trace", append);
+      aw.reset(new gnmr::TraceWriter(*af, names_, !append));
+    }
     close_trace();
     tr_file_ = std::move(f);
     tr_ = std::move(w);
+    ax_file_ = std::move(af);
+    ax_ = std::move(aw);
     last_trace_step_ = append ? last_step : 0;
   }
   void close_events() {
@@ -72,6 +83,8 @@ class Logs {
   void close_trace() {
     if (!tr_) return;
     tr_.reset();
+    ax_.reset();
+    if (ax_file_) finish(ax_file_, "aux trace");
     finish(tr_file_, "trace");
   }
   void flush() {
@@ -80,14 +93,27 @@ class Logs {
       tr_file_->flush();
       if (!*tr_file_) throw IoError("gnmr: trace: write failed");
     }
+    if (ax_file_) {
+      ax_file_->flush();
+      if (!*ax_file_) throw IoError("gnmr: aux trace: write failed");
+    }
   }
 
-  // One step's rows from a dense report array (host controller).
-  void write(const gnmr::StepSummary& s, const gnmr::UnitReport* reports) {
+  // One step's rows from a dense report array (host controller), and the
+  // aux trace's from the step's finished aux norms (the Python layer opens
+  // one only for a controller that reads aux, whose every step takes it).
+  void write(const gnmr::StepSummary& s, const gnmr::UnitReport* reports,
+             const std::vector<float>* aux_norms = nullptr) {
     if (ev_) ev_->write(s, reports, names_.size(), names_.data());
     if (tr_) {
       for (std::size_t u = 0; u < norms_.size(); ++u) norms_[u] = reports[u].norm;
       write_trace(s.step, norms_.data());
+    }
+    if (ax_) {
+      if (!aux_norms || aux_norms->size() != names_.size())
+        throw std::logic_error("gnmr: aux trace: a step without each unit's aux norm");
+      ax_->write(s.step, aux_norms->data(), names_.size());
+      if (!*ax_file_) throw IoError("gnmr: aux trace: write failed");
     }
   }
   // One trace row from a norm per unit (the CUDA glue's pinned copy).
@@ -118,6 +144,8 @@ class Logs {
   std::unique_ptr<gnmr::EventLog> ev_;
   std::unique_ptr<std::ofstream> tr_file_;
   std::unique_ptr<gnmr::TraceWriter> tr_;
+  std::unique_ptr<std::ofstream> ax_file_;
+  std::unique_ptr<gnmr::TraceWriter> ax_;
   std::int64_t last_trace_step_ = 0;
 };
 

@@ -346,9 +346,9 @@ PYBIND11_MODULE(_C, m) {
                              bool append) { c.logs().open_events(p, null, append); },
            py::arg("path"), py::arg("nonfinite_as_null"), py::arg("append") = false)
       .def("close_events", [](HostCore& c) { c.logs().close_events(); })
-      .def("open_trace", [](HostCore& c, const std::string& p, bool append,
-                            std::int64_t last) { c.logs().open_trace(p, append, last); },
-           py::arg("path"), py::arg("append") = false, py::arg("last_step") = 0)
+      .def("open_trace", [](HostCore& c, const std::string& p, bool append, std::int64_t last,
+                            const std::string& aux) { c.logs().open_trace(p, append, last, aux); },
+           py::arg("path"), py::arg("append") = false, py::arg("last_step") = 0, py::arg("aux") = "")
       .def_property_readonly("last_trace_step", [](HostCore& c) { return c.logs().last_trace_step(); })
       .def("close_trace", [](HostCore& c) { c.logs().close_trace(); })
       .def("flush", [](HostCore& c) { c.logs().flush(); });
@@ -396,9 +396,17 @@ PYBIND11_MODULE(_C, m) {
                              bool append) { c.device().open_events(p, null, append); },
            py::arg("path"), py::arg("nonfinite_as_null"), py::arg("append") = false)
       .def("close_events", [](CudaCore& c) { c.device().close_events(); })
-      .def("open_trace", [](CudaCore& c, const std::string& p, bool append,
-                            std::int64_t last) { c.device().open_trace(p, append, last); },
-           py::arg("path"), py::arg("append") = false, py::arg("last_step") = 0)
+      .def("open_trace",
+           [](CudaCore& c, const std::string& p, bool append, std::int64_t last, const std::string& aux) {
+             // The device writes its trace rows a step late from a pinned
+             // copy of the reports; the finished aux norms have no such
+             // copy yet.
+             if (!aux.empty())
+               throw std::invalid_argument("gnmr: an aux trace is written by a controller on the CPU only "
+                                           "(this one is on CUDA)");
+             c.device().open_trace(p, append, last);
+           },
+           py::arg("path"), py::arg("append") = false, py::arg("last_step") = 0, py::arg("aux") = "")
       .def("close_trace", [](CudaCore& c) { c.device().close_trace(); })
       .def_property_readonly("last_trace_step", [](CudaCore& c) { return c.device().last_trace_step(); })
       .def("flush", [](CudaCore& c) { c.device().flush(); });

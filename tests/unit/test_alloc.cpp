@@ -17,6 +17,7 @@
 #include "gnmr/host/controller.hpp"
 #include "gnmr/host/unit_norms.hpp"
 #include "gnmr/presets/make.hpp"
+#include "../support/make_once.hpp"
 
 #if GNMR_TEST_COUNT_ALLOCS
 // GCC 12 sees free() on memory from "operator new" once the replacement is
@@ -81,7 +82,7 @@ TEST_CASE("GnmrController and presets allocate nothing per step", "[telemetry][a
   GnmrController<> ctl(units);
   std::vector<std::unique_ptr<DynController>> dyn;
   for (const char* name : {"gnmr", "gnmr-ladder", "adagc", "spam", "stabilizer"})
-    dyn.push_back(presets::make(name, units));
+    dyn.push_back(gnmr_test::make(name, units));
   std::uint64_t granted = 0, denied = 0;
   for (int t = 1; t <= 200; ++t) {
     fill(t);

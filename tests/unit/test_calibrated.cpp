@@ -24,6 +24,7 @@
 
 #include "calibrated_ref.hpp"
 #include "calibrated_v1.hpp"
+#include "../support/make_once.hpp"
 
 namespace {
 
@@ -127,7 +128,7 @@ TEST_CASE("gnmr-calibrated's verdicts match the double-precision reference", "[c
   wide.ceiling = std::numeric_limits<float>::infinity();  // no ceiling: blind while calibrating
   for (const Options& o : {Options{}, tight, wide}) {
     const std::size_t units = 24;
-    auto ctl = presets::make("gnmr-calibrated", units, o);
+    auto ctl = gnmr_test::make("gnmr-calibrated", units, o);
     std::vector<calref::Unit> ref(units, calref::Unit(ref_params(o)));
     std::size_t compared = 0, fired = 0, ties = 0, restarts = 0;
     for (const auto& row : noisy_rows(11, units, 3000)) {
@@ -165,7 +166,7 @@ TEST_CASE("gnmr-calibrated's verdicts match the double-precision reference", "[c
 }
 
 TEST_CASE("a calm unit never fires, and the floor holds whatever the statistics", "[calibrated]") {
-  auto ctl = presets::make("gnmr-calibrated", 2);
+  auto ctl = gnmr_test::make("gnmr-calibrated", 2);
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 0.002f);
   std::uint32_t fired = 0;
@@ -193,7 +194,7 @@ TEST_CASE("false alarms stay near the target rate on a heavy-tailed noisy unit",
     o.rate = rate;
     o.floor = 1.0f;  // the floor off: the rate alone decides
     const std::size_t units = 200;
-    auto ctl = presets::make("gnmr-calibrated", units, o);
+    auto ctl = gnmr_test::make("gnmr-calibrated", units, o);
     std::mt19937_64 rng(17);
     std::exponential_distribution<double> ex(1.0 / 0.25);
     std::bernoulli_distribution sign(0.5);
@@ -215,7 +216,7 @@ TEST_CASE("false alarms stay near the target rate on a heavy-tailed noisy unit",
 }
 
 TEST_CASE("a spike does not teach the statistic: the next one still fires", "[calibrated]") {
-  auto ctl = presets::make("gnmr-calibrated", 1);
+  auto ctl = gnmr_test::make("gnmr-calibrated", 1);
   std::mt19937 rng(9);
   std::normal_distribution<float> nd(0.0f, 0.1f);
   auto noisy = [&] { return std::vector<float>{std::exp(nd(rng))}; };
@@ -234,8 +235,8 @@ TEST_CASE("non-finite and zero norms stay out of the calibrated statistics", "[c
   // The same finite samples with and without NaN/Inf/0 steps in between:
   // the same verdicts, deltas and risks, bit for bit, on the finite steps.
   const auto clean = noisy_rows(23, 6, 800, false);
-  auto a = presets::make("gnmr-calibrated", 6);
-  auto b = presets::make("gnmr-calibrated", 6);
+  auto a = gnmr_test::make("gnmr-calibrated", 6);
+  auto b = gnmr_test::make("gnmr-calibrated", 6);
   std::mt19937 rng(1);
   std::size_t compared = 0;
   for (const auto& row : clean) {
@@ -259,10 +260,10 @@ TEST_CASE("non-finite and zero norms stay out of the calibrated statistics", "[c
 
 TEST_CASE("gnmr-calibrated's state survives a blob; its window shapes the state", "[calibrated][state]") {
   const auto rows = noisy_rows(31, 8, 400);
-  auto a = presets::make("gnmr-calibrated", 8);
+  auto a = gnmr_test::make("gnmr-calibrated", 8);
   for (int t = 0; t < 200; ++t) a->step_norms(rows[t]);
   const auto blob = a->save();
-  auto b = presets::make("gnmr-calibrated", 8);
+  auto b = gnmr_test::make("gnmr-calibrated", 8);
   b->load(blob);
   for (int t = 200; t < 400; ++t) {
     a->step_norms(rows[t]);
@@ -275,7 +276,7 @@ TEST_CASE("gnmr-calibrated's state survives a blob; its window shapes the state"
   }
   Options w2;
   w2.delta_window = 2;
-  auto c = presets::make("gnmr-calibrated", 8, w2);
+  auto c = gnmr_test::make("gnmr-calibrated", 8, w2);
   const auto before = c->save();
   CHECK_THROWS_AS(c->load(blob), gnmr::StateError);
   CHECK(c->save() == before);
@@ -283,7 +284,7 @@ TEST_CASE("gnmr-calibrated's state survives a blob; its window shapes the state"
   Options r;
   r.rate = 1e-4f;
   r.floor = 3.0f;
-  auto d = presets::make("gnmr-calibrated", 8, r);
+  auto d = gnmr_test::make("gnmr-calibrated", 8, r);
   CHECK_NOTHROW(d->load(blob));
 }
 
@@ -299,8 +300,8 @@ TEST_CASE("gnmr-calibrated and default by name: overrides, checks, layering", "[
   CHECK(presets::overrides_of("default") == presets::overrides_of(presets::kDefaultPreset));
 
   // default is the layered controller, decision for decision
-  auto d = presets::make("default", 12);
-  auto l = presets::make(presets::kDefaultPreset, 12);
+  auto d = gnmr_test::make("default", 12);
+  auto l = gnmr_test::make(presets::kDefaultPreset, 12);
   CHECK(d->name() == "default");
   std::size_t promoted = 0;
   for (const auto& row : noisy_rows(41, 12, 600)) {
@@ -318,27 +319,27 @@ TEST_CASE("gnmr-calibrated and default by name: overrides, checks, layering", "[
 
   Options tau;
   tau.tau = 2.0f;
-  CHECK_THROWS_WITH(presets::make("gnmr-calibrated", 4, tau), Contains("does not apply to preset 'gnmr-calibrated'"));
+  CHECK_THROWS_WITH(gnmr_test::make("gnmr-calibrated", 4, tau), Contains("does not apply to preset 'gnmr-calibrated'"));
   for (float bad : {0.0f, -1.0f, 0.5f, std::numeric_limits<float>::quiet_NaN()}) {
     Options o;
     o.rate = bad;
-    CHECK_THROWS_WITH(presets::make("gnmr-calibrated", 4, o), Contains("rate"));
+    CHECK_THROWS_WITH(gnmr_test::make("gnmr-calibrated", 4, o), Contains("rate"));
   }
   Options fl;
   fl.floor = 0.5f;
-  CHECK_THROWS_WITH(presets::make("gnmr-calibrated", 4, fl), Contains("floor"));
+  CHECK_THROWS_WITH(gnmr_test::make("gnmr-calibrated", 4, fl), Contains("floor"));
   for (float bad : {1.0f, 0.5f, 1.5f /* below the floor of 2 */, std::numeric_limits<float>::quiet_NaN()}) {
     Options o;
     o.ceiling = bad;
-    CHECK_THROWS_WITH(presets::make("gnmr-calibrated", 4, o), Contains("ceiling"));
+    CHECK_THROWS_WITH(gnmr_test::make("gnmr-calibrated", 4, o), Contains("ceiling"));
   }
   Options w;
   w.warmup = 1;
-  CHECK_THROWS_WITH(presets::make("gnmr-calibrated", 4, w), Contains("warmup"));
+  CHECK_THROWS_WITH(gnmr_test::make("gnmr-calibrated", 4, w), Contains("warmup"));
   // rate goes to the inner rule of the default; the stabilizer takes none
   Options r;
   r.rate = 1e-4f;
-  CHECK_NOTHROW(presets::make("default", 4, r));
+  CHECK_NOTHROW(gnmr_test::make("default", 4, r));
 }
 
 // The guard from the first step (docs/algorithm.md, "Calibrated trigger":
@@ -355,7 +356,7 @@ TEST_CASE("the calibrated trigger guards from step 2: a spike during calibration
   for (const char* name : {"gnmr-calibrated", "default"}) {
     for (int at = 2; at <= last; ++at) {
       INFO(name << ": spike at step " << at);
-      auto ctl = presets::make(name, 5);
+      auto ctl = gnmr_test::make(name, 5);
       std::mt19937 rng(static_cast<unsigned>(at));
       std::normal_distribution<float> nd(0.0f, 0.01f);
       for (int t = 1; t <= at + 15; ++t) {
@@ -385,7 +386,7 @@ TEST_CASE("while calibrating, the ceiling's verdicts are the reference's", "[cal
   // ceiling of 16), with spikes of x20 to x2000 at chosen steps (over it)
   // and a drop below a sixteenth of the mean (the restart): each verdict,
   // fired or not, is the reference's, and both kinds occur.
-  auto ctl = presets::make("gnmr-calibrated", 3);
+  auto ctl = gnmr_test::make("gnmr-calibrated", 3);
   std::vector<calref::Unit> ref(3, calref::Unit(calref::Params{}));
   std::mt19937 rng(4);
   std::uniform_real_distribution<double> ud(-3.0, 3.0);

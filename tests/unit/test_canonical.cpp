@@ -22,6 +22,7 @@
 #include "gnmr/step/systemic.hpp"
 
 #include "../support/dyn_runs.hpp"
+#include "../support/make_once.hpp"
 
 namespace {
 
@@ -127,11 +128,11 @@ TEST_CASE("a resumed run saves the very blob of the run that never stopped", "[s
     INFO(name);
     const std::size_t n = presets::is_layered(name) ? 5 : dyntest::units_for(name);
     const auto tr = dyntest::rows(77, n, 120);
-    auto straight = presets::make(name, n);
-    auto first = presets::make(name, n);
+    auto straight = gnmr_test::make(name, n);
+    auto first = gnmr_test::make(name, n);
     for (int t = 0; t < 120; ++t) auxsteps::step_norms(*straight, tr[static_cast<std::size_t>(t)]);
     for (int t = 0; t < 60; ++t) auxsteps::step_norms(*first, tr[static_cast<std::size_t>(t)]);
-    auto resumed = presets::make(name, n);
+    auto resumed = gnmr_test::make(name, n);
     resumed->load(first->save());
     for (int t = 60; t < 120; ++t) auxsteps::step_norms(*resumed, tr[static_cast<std::size_t>(t)]);
     REQUIRE(resumed->save() == straight->save());

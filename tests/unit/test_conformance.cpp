@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "gnmr/gnmr.hpp"
+#include "../support/make_once.hpp"
 
 namespace {
 
@@ -100,11 +101,11 @@ TEST_CASE("conformance: every documented host entry on every controller kind", "
     exercise(c, "presets::gnmr_calibrated");
   }
   SECTION("DynController from presets::make") {
-    auto c = gnmr::presets::make("gnmr", 4);
-    exercise(*c, "presets::make(gnmr)");
+    auto c = gnmr_test::make("gnmr", 4);
+    exercise(*c, "gnmr_test::make(gnmr)");
   }
   SECTION("the recommended controller, gnmr::make_default") {
-    auto c = gnmr::make_default(4);
+    auto c = gnmr_test::make_default(4);
     exercise(*c, "make_default");
   }
   SECTION("DynController from make_dyn") {
@@ -116,11 +117,11 @@ TEST_CASE("conformance: every documented host entry on every controller kind", "
 TEST_CASE("conformance: reducers take every controller kind, by reference or by pointer", "[conformance]") {
   std::vector<float> p = {1.0f, 2.0f, 3.0f, 4.0f};
   gnmr::NoReduce none;
-  auto dflt = gnmr::make_default(4);
+  auto dflt = gnmr_test::make_default(4);
   gnmr::reduce_and_step(*dflt, none, p.data(), p.size());
   gnmr::reduce_and_step(dflt, none, p.data(), p.size());  // the unique_ptr itself
   CHECK(dflt->steps_done() == 2);
-  gnmr::ReducedController<std::unique_ptr<gnmr::DynController>> owned(gnmr::make_default(4), gnmr::NoReduce{});
+  gnmr::ReducedController<std::unique_ptr<gnmr::DynController>> owned(gnmr_test::make_default(4), gnmr::NoReduce{});
   owned.step(p.data(), p.size());
   CHECK(owned.controller().steps_done() == 1);
   CHECK(owned.controller().name() == "default");

@@ -12,6 +12,7 @@
 #include "../support/trace_gen.hpp"
 #include "gnmr/presets/make.hpp"
 #include "../support/aux_steps.hpp"
+#include "../support/make_once.hpp"
 
 TEST_CASE("preset GPU test trace makes every preset act within the quick step count",
           "[cuda-logic][traces]") {
@@ -20,7 +21,7 @@ TEST_CASE("preset GPU test trace makes every preset act within the quick step co
   for (const std::string& name : gnmr::presets::names()) {
     if (name == "none") continue;
     const std::size_t n = gnmr::presets::is_global(name) ? 1 : 257;
-    auto host = gnmr::presets::make(name, n);
+    auto host = gnmr_test::make(name, n);
     std::vector<float> in(n);
     std::size_t acted = 0;
     for (int s = 1; s <= 130; ++s) {

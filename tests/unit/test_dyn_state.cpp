@@ -15,6 +15,7 @@
 #include "gnmr/host/dyn_controller.hpp"
 #include "gnmr/io/state.hpp"
 #include "gnmr/presets/make.hpp"
+#include "../support/make_once.hpp"
 
 namespace {
 
@@ -28,11 +29,11 @@ TEST_CASE("DynController state round-trips through save()/load()", "[dyn]") {
   for (const auto& name : presets::names()) {
     INFO(name);
     const std::size_t n = units_for(name);
-    auto a = presets::make(name, n);
+    auto a = gnmr_test::make(name, n);
     const auto tr = rows(41, n, 500);
     for (int t = 0; t < 250; ++t) auxsteps::step_norms(*a, tr[t]);
     const std::vector<std::uint8_t> blob = a->save();
-    auto b = presets::make(name, n);
+    auto b = gnmr_test::make(name, n);
     b->load(blob);
     CHECK(b->steps_done() == 250);
     for (int t = 250; t < 500; ++t) {
@@ -49,17 +50,17 @@ TEST_CASE("DynController state round-trips through save()/load()", "[dyn]") {
 }
 
 TEST_CASE("loading another preset's blob fails and changes nothing", "[dyn]") {
-  auto g = presets::make("gnmr", 5);
-  auto h = presets::make("gnmr", 5);
+  auto g = gnmr_test::make("gnmr", 5);
+  auto h = gnmr_test::make("gnmr", 5);
   const auto tr = rows(51, 5, 200);
   for (int t = 0; t < 100; ++t) g->step_norms(tr[t]), h->step_norms(tr[t]);
-  auto z = presets::make("adagc", 5);
+  auto z = gnmr_test::make("adagc", 5);
   z->step_norms(tr[0]);
   CHECK_THROWS_AS(g->load(z->save()), gnmr::StateError);        // other policies
-  CHECK_THROWS_AS(g->load(presets::make("gnmr", 4)->save()), gnmr::StateError);  // other N
+  CHECK_THROWS_AS(g->load(gnmr_test::make("gnmr", 4)->save()), gnmr::StateError);  // other N
   Options win;
   win.mean = std::string("window");
-  CHECK_THROWS_AS(g->load(presets::make("gnmr", 5, win)->save()), gnmr::StateError);
+  CHECK_THROWS_AS(g->load(gnmr_test::make("gnmr", 5, win)->save()), gnmr::StateError);
   auto blob = h->save();
   blob[blob.size() / 2] ^= 0x40u;  // corrupted
   CHECK_THROWS_AS(g->load(blob), gnmr::StateError);
@@ -90,8 +91,8 @@ TEST_CASE("DynAdapter wraps any controller; partials and unit sizes go through",
   CHECK(ad.controller().policies().trigger.z == 2.5f);
 
   // step() from L2 partials equals step_norms() from their square roots.
-  auto p = presets::make("gnmr", 3);
-  auto q = presets::make("gnmr", 3);
+  auto p = gnmr_test::make("gnmr", 3);
+  auto q = gnmr_test::make("gnmr", 3);
   for (int t = 0; t < 50; ++t) {
     const float k = 1.0f + static_cast<float>(t % 4);  // exact squares
     const std::vector<float> norms = {k, 2.0f * k, t == 30 ? 40.0f : 0.5f * k};
@@ -128,7 +129,7 @@ TEST_CASE("with_preset hands over the controller that make() wraps", "[dyn][pres
                                         : gnmr_like                  ? o
                                                                      : gnmr::presets::Options{};
     const std::size_t n = gnmr::presets::is_global(name) ? 1 : 5;
-    auto dyn = gnmr::presets::make(name, n, opt);
+    auto dyn = gnmr_test::make(name, n, opt);
     std::vector<std::vector<float>> trace = {{1.0f, 4.0f, 1.0f, 0.5f, 2.0f}, {1.1f, 3.9f, 0.9f, 0.6f, 2.1f},
                                              {1.0f, 400.0f, 1.0f, 0.5f, 2.0f}};
     for (auto& p : trace) p.resize(n);

@@ -26,6 +26,7 @@
 #include "gnmr/presets/make.hpp"
 #include "gnmr/presets/typed.hpp"
 #include "semantics_util.hpp"
+#include "../support/make_once.hpp"
 
 using probes::bounded;
 using probes::calm;
@@ -37,7 +38,7 @@ namespace {
 
 // The controller after `steps` calm steps (the calibrated trigger warm).
 std::unique_ptr<gnmr::DynController> warmed(const std::string& preset, int steps, const gnmr::presets::Options& o = {}) {
-  auto c = gnmr::presets::make(preset, kUnits, o);
+  auto c = gnmr_test::make(preset, kUnits, o);
   for (int s = 1; s <= steps; ++s) c->step_norms(calm_row(kUnits, s));
   return c;
 }
@@ -46,7 +47,7 @@ std::unique_ptr<gnmr::DynController> warmed(const std::string& preset, int steps
 template <class At>
 void run_probe(const std::string& preset, probes::Kind k, At at) {
   const probes::Shape sh = probes::shape(k);
-  auto c = gnmr::presets::make(preset, sh.units);
+  auto c = gnmr_test::make(preset, sh.units);
   for (int s = 1; s <= sh.steps; ++s) {
     c->step_norms(probes::row(k, s));
     CHECK(probes::unbounded(c->reports().data(), sh.units) == 0u);
@@ -154,12 +155,12 @@ TEST_CASE("deny_action: parsed, checked, and the calibrated rule can be turned o
   CHECK((c->reports()[3].flags & gnmr::kDenied) != 0u);
   CHECK(c->reports()[3].scale == 1.0f);  // off: GNMR's budget as published
   o.deny_action = "sometimes";
-  CHECK_THROWS_WITH(gnmr::presets::make("gnmr-calibrated", 4, o),
+  CHECK_THROWS_WITH(gnmr_test::make("gnmr-calibrated", 4, o),
                     Catch::Contains("'deny_action' must be one of none, clip, clip-target"));
   o.deny_action = "clip-target";
   o.deny_kappa = 2.0f;
-  CHECK_THROWS_WITH(gnmr::presets::make("gnmr", 4, o), Catch::Contains("deny_kappa"));
-  CHECK_THROWS_WITH(gnmr::presets::make("zclip", 1, o), Catch::Contains("deny_action"));
+  CHECK_THROWS_WITH(gnmr_test::make("gnmr", 4, o), Catch::Contains("deny_kappa"));
+  CHECK_THROWS_WITH(gnmr_test::make("zclip", 1, o), Catch::Contains("deny_action"));
 }
 
 TEST_CASE("calibrated: a spike at the very first step does not blind the trigger", "[semantics][guard][calibrated]") {
@@ -192,7 +193,7 @@ TEST_CASE("calibrated: the restart is off without a ceiling and never fires on c
   {
     gnmr::presets::Options o;
     o.ceiling = std::numeric_limits<float>::infinity();
-    auto c = gnmr::presets::make("gnmr-calibrated", 1, o);
+    auto c = gnmr_test::make("gnmr-calibrated", 1, o);
     c->step_norms(std::vector<float>{1000.0f});
     c->step_norms(std::vector<float>{1.0f});
     CHECK((c->reports()[0].flags & gnmr::kRestart) == 0u);  // documented: blind while calibrating
@@ -202,7 +203,7 @@ TEST_CASE("calibrated: the restart is off without a ceiling and never fires on c
     // equal those of the same controller with the restart impossible
     // (ceiling just above every ratio seen is not the same rule, so compare
     // flags only for kRestart).
-    auto c = gnmr::presets::make("gnmr-calibrated", 2);
+    auto c = gnmr_test::make("gnmr-calibrated", 2);
     float a = 1.0f, b = 1.0f;
     for (int s = 1; s <= 60; ++s) {
       c->step_norms(std::vector<float>{a, b});
@@ -215,7 +216,7 @@ TEST_CASE("calibrated: the restart is off without a ceiling and never fires on c
   {
     // A drop below 1/16 of the mean after calibration is a signal, not a
     // restart: the history is judged only while calibrating.
-    auto c = gnmr::presets::make("gnmr-calibrated", 1);
+    auto c = gnmr_test::make("gnmr-calibrated", 1);
     for (int s = 1; s <= 30; ++s) c->step_norms(std::vector<float>{calm(0, s)});
     c->step_norms(std::vector<float>{0.01f});
     CHECK((c->reports()[0].flags & gnmr::kRestart) == 0u);
@@ -224,8 +225,8 @@ TEST_CASE("calibrated: the restart is off without a ceiling and never fires on c
 
 TEST_CASE("calibrated: a restart resets the statistics, keeps the lock, and saves and loads bit for bit", "[semantics][guard][calibrated]") {
   // A first-step spike on unit 0, then a save half-way through and a resume.
-  auto a = gnmr::presets::make("default", 3);
-  auto b = gnmr::presets::make("default", 3);
+  auto a = gnmr_test::make("default", 3);
+  auto b = gnmr_test::make("default", 3);
   std::vector<std::uint8_t> blob;
   for (int s = 1; s <= 30; ++s) {
     std::vector<float> row = calm_row(3, s);
@@ -234,7 +235,7 @@ TEST_CASE("calibrated: a restart resets the statistics, keeps the lock, and save
     if (s <= 12) b->step_norms(row);
     if (s == 12) {
       blob = b->save();
-      b = gnmr::presets::make("default", 3);
+      b = gnmr_test::make("default", 3);
       b->load(blob);
     }
     if (s > 12) b->step_norms(row);

@@ -23,6 +23,7 @@
 #include "gnmr/presets/make.hpp"
 
 #include "../support/dyn_runs.hpp"
+#include "../support/make_once.hpp"
 
 namespace {
 
@@ -52,10 +53,10 @@ constexpr std::uint32_t kOuterFlags = gnmr::kSkip | gnmr::kResetMoments | gnmr::
 // The layered run against the two rules alone, step by step.
 void check_layered(const std::string& outer, const std::string& inner, std::size_t units, std::uint64_t seed,
                    const Options& oo = {}, int steps = 300) {
-  auto layered = presets::make(outer + "+" + inner, units, oo);  // oo: keys only the outer takes
+  auto layered = gnmr_test::make(outer + "+" + inner, units, oo);  // oo: keys only the outer takes
   const bool global = presets::is_global(outer);
-  auto o = presets::make(outer, global ? 1 : units, oo);
-  auto i = presets::make(inner, units);
+  auto o = gnmr_test::make(outer, global ? 1 : units, oo);
+  auto i = gnmr_test::make(inner, units);
   CHECK(layered->name() == outer + "+" + inner);
   CHECK(layered->num_units() == units);
   CHECK(layered->max_in_recovery() == i->max_in_recovery());
@@ -114,7 +115,7 @@ TEST_CASE("a global outer rule sees the global norm of the finite units and acts
 
   // A NaN unit is skipped by GNMR alone: the global rule still sees a
   // finite total and the other units update.
-  auto l = presets::make("clip+gnmr", 4);
+  auto l = gnmr_test::make("clip+gnmr", 4);
   std::vector<float> p = {1.0f, 4.0f, std::numeric_limits<float>::quiet_NaN(), 4.0f};
   l->step(p);
   const auto& d = l->decisions();
@@ -138,7 +139,7 @@ TEST_CASE("min combine takes the smaller scale; product is the default", "[layer
   CHECK(p.flags == (gnmr::kSkip | gnmr::kTriggered | gnmr::kGranted));
   CHECK(m.flags == p.flags);
 
-  auto a = gnmr::LayeredController(presets::make("stabilizer", 4), presets::make("gnmr", 4), gnmr::ScaleCombine::kMin);
+  auto a = gnmr::LayeredController(gnmr_test::make("stabilizer", 4), gnmr_test::make("gnmr", 4), gnmr::ScaleCombine::kMin);
   CHECK(a.combine_rule() == gnmr::ScaleCombine::kMin);
   CHECK(a.name() == "stabilizer+gnmr");
   for (const auto& r : partial_rows(5, 4, 100)) {
@@ -151,8 +152,8 @@ TEST_CASE("min combine takes the smaller scale; product is the default", "[layer
 }
 
 TEST_CASE("step_norms and step decide alike for a layered controller", "[layered]") {
-  auto a = presets::make("clip+gnmr", 5), b = presets::make("clip+gnmr", 5);
-  auto c = presets::make("stabilizer+gnmr", 5), d = presets::make("stabilizer+gnmr", 5);
+  auto a = gnmr_test::make("clip+gnmr", 5), b = gnmr_test::make("clip+gnmr", 5);
+  auto c = gnmr_test::make("stabilizer+gnmr", 5), d = gnmr_test::make("stabilizer+gnmr", 5);
   for (const auto& norms : dyntest::rows(31, 5, 200)) {
     std::vector<float> p(norms.size()), fin(norms.size());  // fin: L2's finish of p
     for (std::size_t u = 0; u < p.size(); ++u) {
@@ -172,11 +173,11 @@ TEST_CASE("layered names and overrides are checked and routed", "[layered]") {
   CHECK(presets::is_layered("stabilizer+gnmr"));
   CHECK_FALSE(presets::is_layered("gnmr"));
   CHECK_FALSE(presets::is_global("clip+gnmr"));
-  CHECK_THROWS_WITH(presets::make("gnmr+stabilizer", 3), Catch::Contains("outer rule"));
-  CHECK_THROWS_WITH(presets::make("none+gnmr", 3), Catch::Contains("outer rule"));
-  CHECK_THROWS_WITH(presets::make("clip+zclip", 3), Catch::Contains("inner rule"));
-  CHECK_THROWS_WITH(presets::make("clip+gnmr+x", 3), Catch::Contains("one '+'"));
-  CHECK_THROWS_WITH(presets::make("nope+gnmr", 3), Catch::Contains("unknown preset 'nope'"));
+  CHECK_THROWS_WITH(gnmr_test::make("gnmr+stabilizer", 3), Catch::Contains("outer rule"));
+  CHECK_THROWS_WITH(gnmr_test::make("none+gnmr", 3), Catch::Contains("outer rule"));
+  CHECK_THROWS_WITH(gnmr_test::make("clip+zclip", 3), Catch::Contains("inner rule"));
+  CHECK_THROWS_WITH(gnmr_test::make("clip+gnmr+x", 3), Catch::Contains("one '+'"));
+  CHECK_THROWS_WITH(gnmr_test::make("nope+gnmr", 3), Catch::Contains("unknown preset 'nope'"));
   CHECK_THROWS_AS(presets::is_global("nope+gnmr"), std::invalid_argument);
 
   // Keys GNMR takes go to GNMR; keys only the outer takes go to the outer.
@@ -191,19 +192,19 @@ TEST_CASE("layered names and overrides are checked and routed", "[layered]") {
   CHECK(*split.second.tau == 7.0f);
   CHECK_FALSE(split.second.restart_every.has_value());
   CHECK(*split.second.max_o == 2);
-  auto l = presets::make("spam+gnmr", 4, o);
+  auto l = gnmr_test::make("spam+gnmr", 4, o);
   CHECK(l->max_in_recovery() == 2u);
   Options bad;
   bad.z = 2.0f;  // neither spam nor gnmr
-  CHECK_THROWS_WITH(presets::make("spam+gnmr", 4, bad), Catch::Contains("applies to neither"));
+  CHECK_THROWS_WITH(gnmr_test::make("spam+gnmr", 4, bad), Catch::Contains("applies to neither"));
   const auto keys = presets::overrides_of("spam+gnmr");
   CHECK(std::find(keys.begin(), keys.end(), "restart_every") != keys.end());
   CHECK(std::find(keys.begin(), keys.end(), "max_o") != keys.end());
 
-  CHECK_THROWS_AS(gnmr::LayeredController(presets::make("stabilizer", 3), presets::make("gnmr", 4)),
+  CHECK_THROWS_AS(gnmr::LayeredController(gnmr_test::make("stabilizer", 3), gnmr_test::make("gnmr", 4)),
                   std::invalid_argument);
-  CHECK_THROWS_AS(gnmr::LayeredController(nullptr, presets::make("gnmr", 4)), std::invalid_argument);
-  auto ok = presets::make("stabilizer+gnmr", 4);
+  CHECK_THROWS_AS(gnmr::LayeredController(nullptr, gnmr_test::make("gnmr", 4)), std::invalid_argument);
+  auto ok = gnmr_test::make("stabilizer+gnmr", 4);
   CHECK_THROWS_AS(ok->step(std::vector<float>(3, 1.0f)), std::invalid_argument);
 }
 
@@ -230,8 +231,8 @@ TEST_CASE("every override can be routed to one side of a layered name", "[layere
   // The recommended controller takes its inner rule's denied-unit override.
   Options none;
   none.deny_action = "none";
-  CHECK_NOTHROW(presets::make("default", 4, none));
-  CHECK_NOTHROW(gnmr::make_default(4, none));
+  CHECK_NOTHROW(gnmr_test::make("default", 4, none));
+  CHECK_NOTHROW(gnmr_test::make_default(4, none));
   // Inside a layered preset the calibrated rule leaves its denied units to the
   // outer rule unless told otherwise; deny_kappa alone still means a clip.
   CHECK(*presets::plan_layered("default", 4, {}).inner.deny_action == "none");
@@ -240,7 +241,7 @@ TEST_CASE("every override can be routed to one side of a layered name", "[layere
   const auto pk = presets::plan_layered("default", 4, kap);
   CHECK_FALSE(pk.inner.deny_action.has_value());
   CHECK(*pk.inner.deny_kappa == 2.0f);
-  CHECK_NOTHROW(presets::make("default", 4, kap));
+  CHECK_NOTHROW(gnmr_test::make("default", 4, kap));
   Options tgt;
   tgt.deny_action = "clip-target";
   CHECK(*presets::plan_layered("default", 4, tgt).inner.deny_action == "clip-target");
@@ -249,10 +250,10 @@ TEST_CASE("every override can be routed to one side of a layered name", "[layere
 
 TEST_CASE("a layered controller's state round-trips and a bad blob changes nothing", "[layered]") {
   const auto rs = partial_rows(41, 6, 240);
-  auto a = presets::make("stabilizer+gnmr", 6);
+  auto a = gnmr_test::make("stabilizer+gnmr", 6);
   for (int t = 0; t < 160; ++t) a->step(rs[static_cast<std::size_t>(t)]);
   const auto blob = a->save();
-  auto b = presets::make("stabilizer+gnmr", 6);
+  auto b = gnmr_test::make("stabilizer+gnmr", 6);
   b->load(blob);
   CHECK(b->steps_done() == a->steps_done());
   for (int t = 160; t < 240; ++t) {
@@ -264,7 +265,7 @@ TEST_CASE("a layered controller's state round-trips and a bad blob changes nothi
 
   // Every truncation, and a flipped byte in the inner part (its checksum),
   // throws StateError and leaves both layers as they were.
-  auto c = presets::make("stabilizer+gnmr", 6);
+  auto c = gnmr_test::make("stabilizer+gnmr", 6);
   for (int t = 0; t < 50; ++t) c->step(rs[static_cast<std::size_t>(t)]);
   const auto before = c->save();
   for (std::size_t cut : {std::size_t{0}, std::size_t{10}, std::size_t{20}, blob.size() / 2, blob.size() - 1}) {
@@ -277,16 +278,16 @@ TEST_CASE("a layered controller's state round-trips and a bad blob changes nothi
   CHECK_THROWS_AS(c->load(flipped), gnmr::StateError);
   CHECK(c->save() == before);
   // Not a layered blob, or another layering's: rejected.
-  auto g = presets::make("gnmr", 6);
+  auto g = gnmr_test::make("gnmr", 6);
   CHECK_THROWS_AS(c->load(g->save()), gnmr::StateError);
-  auto other = presets::make("adagc+gnmr", 6);
+  auto other = gnmr_test::make("adagc+gnmr", 6);
   CHECK_THROWS_AS(other->load(blob), gnmr::StateError);
   CHECK(c->save() == before);
 
   // reset() returns both layers to their initial state: the same decisions
   // as a fresh controller from there on.
   c->reset();
-  auto fresh = presets::make("stabilizer+gnmr", 6);
+  auto fresh = gnmr_test::make("stabilizer+gnmr", 6);
   CHECK(c->steps_done() == 0);
   for (int t = 0; t < 120; ++t) {
     const auto& r = rs[static_cast<std::size_t>(t)];

@@ -28,6 +28,7 @@
 
 #include "../support/summary_eq.hpp"
 #include "../support/trace_gen.hpp"
+#include "../support/make_once.hpp"
 
 namespace {
 
@@ -55,8 +56,8 @@ void check_pair(const std::string& outer_name, const std::string& inner_name, st
   using PS = typename Outer::Policies;
   std::vector<typename PS::UnitState> st(n, PS::init_unit());
   // The inner as the layered plan builds it (its overrides inside an outer rule).
-  auto inner = presets::make(inner_name, n, presets::plan_layered(name, n, {}).inner);
-  auto layered = presets::make(name, n);
+  auto inner = gnmr_test::make(inner_name, n, presets::plan_layered(name, n, {}).inner);
+  auto layered = gnmr_test::make(name, n);
   auto* lc = dynamic_cast<gnmr::LayeredController*>(layered.get());
   REQUIRE(lc != nullptr);
   std::vector<float> in(n);

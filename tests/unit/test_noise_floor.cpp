@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gnmr/gnmr.hpp"
+#include "../support/make_once.hpp"
 
 namespace {
 
@@ -106,7 +107,7 @@ TEST_CASE("noise floor: the preset's decisions equal the double-precision model"
     o.max_o = max_o;
     o.lock = lock;
     o.cooldown = cooldown;
-    auto ctl = presets::make("gnmr-noise-floor", N, o);
+    auto ctl = gnmr_test::make("gnmr-noise-floor", N, o);
     REQUIRE(ctl->needs_aux());
     Model m(N, static_cast<float>(c), warmup, max_o, lock, cooldown);
     std::lognormal_distribution<double> ln(0.0, 0.6);
@@ -169,7 +170,7 @@ TEST_CASE("noise floor: the slots go to the units deepest under their floor", "[
   presets::Options o;
   o.warmup = 0;
   o.max_o = 2;
-  auto ctl = presets::make("gnmr-noise-floor", 4, o);
+  auto ctl = gnmr_test::make("gnmr-noise-floor", 4, o);
   // Norms 1, 1, 1, 10; noise 1, 2, 0.8, 1: floors 1.73, 3.46, 1.39, 1.73.
   const std::vector<float> sq{1.0f, 1.0f, 1.0f, 100.0f}, asq{1.0f, 4.0f, 0.64f, 1.0f};
   ctl->step_with_aux(sq.data(), asq.data(), 4);
@@ -184,7 +185,7 @@ TEST_CASE("noise floor: the slots go to the units deepest under their floor", "[
 
 TEST_CASE("noise floor: a step without the noise is refused and changes nothing", "[noise_floor]") {
   using namespace gnmr;
-  auto ctl = presets::make("gnmr-noise-floor", 3);
+  auto ctl = gnmr_test::make("gnmr-noise-floor", 3);
   const std::vector<float> sq{1.0f, 2.0f, 3.0f}, asq{1.0f, 1.0f, 1.0f};
   const auto before = ctl->save();
   CHECK_THROWS_WITH(ctl->step(sq), Catch::Contains("step_with_aux"));
@@ -194,7 +195,7 @@ TEST_CASE("noise floor: a step without the noise is refused and changes nothing"
   CHECK(ctl->save() == before);
   CHECK(ctl->steps_done() == 0);
   // Every other typed controller takes aux and ignores it: the same bits.
-  auto a = presets::make("gnmr-calibrated", 3), b = presets::make("gnmr-calibrated", 3);
+  auto a = gnmr_test::make("gnmr-calibrated", 3), b = gnmr_test::make("gnmr-calibrated", 3);
   CHECK_FALSE(a->needs_aux());
   for (int t = 0; t < 20; ++t) {
     std::vector<float> x{1.0f + 0.01f * t, 2.0f, t == 15 ? 900.0f : 3.0f};
@@ -203,15 +204,15 @@ TEST_CASE("noise floor: a step without the noise is refused and changes nothing"
   }
   CHECK(a->save() == b->save());
   // A layered controller has no aux path: a clear error.
-  auto d = presets::make("default", 3);
+  auto d = gnmr_test::make("default", 3);
   CHECK_THROWS_WITH(d->step_with_aux(sq.data(), asq.data(), 3), Catch::Contains("no aux signal"));
   // noise-floor cannot be the inner controller of a layered name.
-  CHECK_THROWS_AS(presets::make("stabilizer+gnmr-noise-floor", 3), std::invalid_argument);
+  CHECK_THROWS_AS(gnmr_test::make("stabilizer+gnmr-noise-floor", 3), std::invalid_argument);
 }
 
 TEST_CASE("noise floor: aux_norms() is what the step judged, the bits an aux trace records", "[noise_floor]") {
   using namespace gnmr;
-  auto ctl = presets::make("gnmr-noise-floor", 3);
+  auto ctl = gnmr_test::make("gnmr-noise-floor", 3);
   REQUIRE(ctl->aux_norms() == std::vector<float>(3, 0.0f));  // before any step
   const std::vector<float> sq{1.0f, 2.0f, 3.0f}, asq{0.25f, 2.0f, 0.0f};
   ctl->step_with_aux(sq.data(), asq.data(), 3);
@@ -223,26 +224,26 @@ TEST_CASE("noise floor: aux_norms() is what the step judged, the bits an aux tra
   CHECK(std::isnan(ctl->aux_norms()[1]));
   CHECK(ctl->aux_norms()[2] == 3.0f);
   // The kinds without an aux path hold none.
-  CHECK(presets::make("default", 3)->aux_norms().empty());
+  CHECK(gnmr_test::make("default", 3)->aux_norms().empty());
 }
 
 TEST_CASE("noise floor: overrides, checks and the state blob", "[noise_floor]") {
   using namespace gnmr;
   presets::Options bad;
   bad.noise_c = 0.0f;
-  CHECK_THROWS_WITH(presets::make("gnmr-noise-floor", 2, bad), Catch::Contains("c"));
+  CHECK_THROWS_WITH(gnmr_test::make("gnmr-noise-floor", 2, bad), Catch::Contains("c"));
   presets::Options tau;
   tau.tau = 3.0f;
-  CHECK_THROWS_WITH(presets::make("gnmr-noise-floor", 2, tau), Catch::Contains("does not apply"));
+  CHECK_THROWS_WITH(gnmr_test::make("gnmr-noise-floor", 2, tau), Catch::Contains("does not apply"));
   presets::Options nc;
   nc.noise_c = 2.0f;
-  CHECK_THROWS_WITH(presets::make("gnmr-calibrated", 2, nc), Catch::Contains("does not apply"));
+  CHECK_THROWS_WITH(gnmr_test::make("gnmr-calibrated", 2, nc), Catch::Contains("does not apply"));
   // A controller resumed from a blob continues bit for bit.
   presets::Options o;
   o.warmup = 2;
   o.max_o = 1;
   o.lock = 3;
-  auto a = presets::make("gnmr-noise-floor", 5, o), b = presets::make("gnmr-noise-floor", 5, o);
+  auto a = gnmr_test::make("gnmr-noise-floor", 5, o), b = gnmr_test::make("gnmr-noise-floor", 5, o);
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(0.1f, 4.0f);
   std::vector<std::vector<float>> sq(30, std::vector<float>(5)), asq(30, std::vector<float>(5));

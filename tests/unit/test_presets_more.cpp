@@ -12,6 +12,7 @@
 
 #include "gnmr/presets/make.hpp"
 #include "presets_ref.hpp"
+#include "../support/make_once.hpp"
 
 namespace {
 
@@ -102,8 +103,8 @@ TEST_CASE("stabilizer with restart_every follows Stable-SPAM's restart", "[prese
   auto tr = unit_traces(67, U, T, 0.3);
   presets::Options o;
   o.restart_every = R;
-  auto on = presets::make("stabilizer", U, o);
-  auto off = presets::make("stabilizer", U);
+  auto on = gnmr_test::make("stabilizer", U, o);
+  auto off = gnmr_test::make("stabilizer", U);
   std::vector<AdaGNRef> ref(U);
   for (auto& r : ref) r.g1 = 0.7f, r.g2 = 0.9f, r.restart_every = R;
   double worst_off = 0;  // how far the preset without the restart is from the peer
@@ -157,7 +158,7 @@ void nonfinite_sizes(const std::vector<std::vector<float>>& tr) {
   const auto report = [&](const char* name, auto peer_run, bool global) {
     const auto a = peer_run(true), b = peer_run(false);
     const int units = global ? 1 : U;
-    auto pa = presets::make(name, units), pb = presets::make(name, units);
+    auto pa = gnmr_test::make(name, units), pb = gnmr_test::make(name, units);
     int nan_steps = 0, peer_diff = 0, ours_diff = 0;
     for (int t = 0; t < T; ++t) {
       const auto ra = row_at(t, true), rb = row_at(t, false);
@@ -237,7 +238,7 @@ TEST_CASE("sizes of the peers' defaults the presets leave out", "[.][presets-siz
   {  // spam with the timer off (restart_every=0) vs SPAM.py @e8185fb at DeltaT = 500
     presets::Options off;
     off.restart_every = 0;
-    auto c = presets::make("spam", U, off);
+    auto c = gnmr_test::make("spam", U, off);
     std::vector<SpamRef> ref(U);
     int peer = 0, ours = 0, differ = 0;
     double worst = 0;
@@ -256,7 +257,7 @@ TEST_CASE("sizes of the peers' defaults the presets leave out", "[.][presets-siz
          << worst);
   }
   {  // stabilizer by name vs stablespam.py @6a66da1 at update_proj_gap = 1000
-    auto c = presets::make("stabilizer", U);
+    auto c = gnmr_test::make("stabilizer", U);
     std::vector<AdaGNRef> ref(U);
     for (auto& r : ref) r.g1 = 0.7f, r.g2 = 0.9f, r.restart_every = 1000;
     int over1 = 0, over10 = 0;
@@ -274,7 +275,7 @@ TEST_CASE("sizes of the peers' defaults the presets leave out", "[.][presets-siz
          << worst << ", unit-steps > 1%: " << over1 << ", > 10%: " << over10);
   }
   {  // fp32 parameters and statistics: adagc by name vs AdaGC's double reference
-    auto c = presets::make("adagc", U);
+    auto c = gnmr_test::make("adagc", U);
     AdaGCRef ref;
     int acted = 0, differ = 0;
     double worst = 0;

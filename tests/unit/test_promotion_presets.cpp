@@ -21,6 +21,7 @@
 
 #include "gnmr/io/state.hpp"
 #include "gnmr/presets/make.hpp"
+#include "../support/make_once.hpp"
 
 namespace {
 
@@ -107,17 +108,17 @@ TEST_CASE("gnmr-promote and gnmr-clip by name decide exactly like the typed cont
   CHECK_FALSE(presets::is_global("gnmr-promote"));
   CHECK_FALSE(presets::is_global("gnmr-clip"));
   {
-    auto d = presets::make("gnmr-promote", 6);
+    auto d = gnmr_test::make("gnmr-promote", 6);
     CHECK(d->name() == "gnmr-promote");
     CHECK(d->max_in_recovery() == 4u);
     auto c = presets::gnmr_promote(6);
     CHECK(same_run(*d, c, 101) > 0);  // the trace does promote
   }
   {
-    auto d = presets::make("gnmr-clip", 6);
+    auto d = gnmr_test::make("gnmr-clip", 6);
     auto c = presets::gnmr_clip(6);
     CHECK(same_run(*d, c, 102) == 0);  // clipping only: never kPromote
-    auto g = presets::make("gnmr", 6);
+    auto g = gnmr_test::make("gnmr", 6);
     auto typed = presets::gnmr_preset(6);
     same_run(*g, typed, 103);  // gnmr: clip + promote with the systemic rule on
   }
@@ -179,13 +180,13 @@ TEST_CASE("gnmr-promote and gnmr-clip take exactly gnmr's overrides", "[presets]
       if (k == "cooldown") o.cooldown = 1;
       if (k == "kappa") o.kappa = 0.5f;
       if (k == "mean") o.mean = std::string("cumulative");
-      CHECK_NOTHROW(presets::make(name, 3, o));
+      CHECK_NOTHROW(gnmr_test::make(name, 3, o));
     }
     // ... and the peers' knobs are refused, naming gnmr's.
     Options z;
     z.z = 2.0f;
     try {
-      presets::make(name, 3, z);
+      gnmr_test::make(name, 3, z);
       FAIL("override z accepted");
     } catch (const std::invalid_argument& e) {
       CHECK_THAT(e.what(), Catch::Matchers::Contains("'z' does not apply to preset '" + std::string(name)));
@@ -193,10 +194,10 @@ TEST_CASE("gnmr-promote and gnmr-clip take exactly gnmr's overrides", "[presets]
     }
     Options mn;
     mn.max_norm = 1.0f;
-    CHECK_THROWS_AS(presets::make(name, 3, mn), std::invalid_argument);
+    CHECK_THROWS_AS(gnmr_test::make(name, 3, mn), std::invalid_argument);
     Options bad;
     bad.kappa = 0.0f;  // ClipToMean rejects it
-    CHECK_THROWS_AS(presets::make(name, 3, bad), std::invalid_argument);
+    CHECK_THROWS_AS(gnmr_test::make(name, 3, bad), std::invalid_argument);
   }
 }
 
@@ -205,7 +206,7 @@ TEST_CASE("every gnmr-promote override reaches its policy", "[presets][promotion
     Options o;
     o.tau = 2.0f, o.delta = 1.0f, o.warmup = 5, o.delta_window = 2, o.beta = 0.9f;
     o.max_o = 2, o.lock = 3, o.cooldown = 1, o.kappa = 0.5f;
-    auto d = presets::make("gnmr-promote", 6, o);
+    auto d = gnmr_test::make("gnmr-promote", 6, o);
     gnmr::GnmrTrigger t;
     t.tau = 2.0f, t.delta = 1.0f, t.warmup = 5, t.window = 2;
     presets::GnmrPromote c(6, {}, gnmr::EmaMean{0.9f}, t,
@@ -217,7 +218,7 @@ TEST_CASE("every gnmr-promote override reaches its policy", "[presets][promotion
   SECTION("mean = window") {
     Options o;
     o.mean = std::string("window"), o.window = 8, o.kappa = 2.0f;
-    auto d = presets::make("gnmr-promote", 6, o);
+    auto d = gnmr_test::make("gnmr-promote", 6, o);
     gnmr::WindowMean<64> m;
     m.window = 8;
     gnmr::GnmrController<gnmr::L2Norm, gnmr::WindowMean<64>, gnmr::GnmrTrigger, presets::ClipAndPromote> c(
@@ -227,15 +228,15 @@ TEST_CASE("every gnmr-promote override reaches its policy", "[presets][promotion
   SECTION("gnmr-clip: kappa and mean = cumulative") {
     Options o;
     o.mean = std::string("cumulative"), o.kappa = 0.7f;
-    auto d = presets::make("gnmr-clip", 6, o);
+    auto d = gnmr_test::make("gnmr-clip", 6, o);
     gnmr::GnmrController<gnmr::L2Norm, gnmr::CumulativeMean> c(6, {}, {}, {}, gnmr::ClipToMean{0.7f});
     same_run(*d, c, 107);
   }
   SECTION("kappa changes the clip and nothing else") {
     Options o;
     o.kappa = 0.25f;
-    auto a = presets::make("gnmr-promote", 5);
-    auto b = presets::make("gnmr-promote", 5, o);
+    auto a = gnmr_test::make("gnmr-promote", 5);
+    auto b = gnmr_test::make("gnmr-promote", 5, o);
     int smaller = 0;
     for (const auto& r : spiky(108, 5, 400)) {
       a->step_norms(r);
@@ -253,22 +254,22 @@ TEST_CASE("every gnmr-promote override reaches its policy", "[presets][promotion
 TEST_CASE("the state blob tells gnmr-promote from gnmr-clip; gnmr and gnmr-promote share one",
           "[presets][promotion][state]") {
   const auto tr = spiky(109, 4, 300);
-  auto prom = presets::make("gnmr-promote", 4);
-  auto clip = presets::make("gnmr-clip", 4);
-  auto plain = presets::make("gnmr", 4);
+  auto prom = gnmr_test::make("gnmr-promote", 4);
+  auto clip = gnmr_test::make("gnmr-clip", 4);
+  auto plain = gnmr_test::make("gnmr", 4);
   for (int t = 0; t < 150; ++t) prom->step_norms(tr[t]), clip->step_norms(tr[t]), plain->step_norms(tr[t]);
   const auto before = clip->save();
   CHECK_THROWS_AS(clip->load(prom->save()), gnmr::StateError);
   CHECK(clip->save() == before);  // refused: nothing changed
   CHECK_THROWS_AS(prom->load(clip->save()), gnmr::StateError);
-  CHECK_THROWS_AS(presets::make("gnmr", 4)->load(clip->save()), gnmr::StateError);
+  CHECK_THROWS_AS(gnmr_test::make("gnmr", 4)->load(clip->save()), gnmr::StateError);
   // Same policies under other names and options (the systemic rule is an
   // option): the blob moves between them.
-  CHECK_NOTHROW(presets::make("gnmr", 4)->load(prom->save()));
-  CHECK_NOTHROW(presets::make("gnmr-systemic", 4)->load(clip->save()));
-  auto resumed = presets::make("gnmr", 4);
+  CHECK_NOTHROW(gnmr_test::make("gnmr", 4)->load(prom->save()));
+  CHECK_NOTHROW(gnmr_test::make("gnmr-systemic", 4)->load(clip->save()));
+  auto resumed = gnmr_test::make("gnmr", 4);
   resumed->load(plain->save());
-  auto resumed_p = presets::make("gnmr-promote", 4);
+  auto resumed_p = gnmr_test::make("gnmr-promote", 4);
   resumed_p->load(prom->save());
   for (int t = 150; t < 300; ++t) {
     plain->step_norms(tr[t]);

@@ -27,8 +27,11 @@ JOBS=${JOBS:-1}
 NICE=${NICE:-10}
 # Under setsid the queue is its own scheduling autogroup, which nice(1)
 # alone does not lower against other sessions: lower the group itself
-# (Linux; silently skipped elsewhere).
-echo "$NICE" > /proc/self/autogroup 2>/dev/null || true
+# (Linux; silently skipped elsewhere), only when this script leads its own
+# session (otherwise the group is the caller's terminal's, builds and all).
+if [ "$(ps -o sid= -p $$ 2>/dev/null | tr -d ' ')" = "$$" ]; then
+  echo "$NICE" > /proc/self/autogroup 2>/dev/null || true
+fi
 DEMO=${DEMO:-build/demo/gnmr-demo}
 PY=${PY:-python/build/venv/bin/python}
 TS=bench/python/trainer_stability.py

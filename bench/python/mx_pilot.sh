@@ -3,7 +3,7 @@
 # machines (docs/record/mx-proxy.md, "The CPU pilot"): the queue of runs the
 # issue orders, one run at a time on one thread under nice, each resumable:
 #
-#   nohup bash bench/python/mx_pilot.sh [--out build/mx-cpu] >> build/mx-cpu/queue.log 2>&1 &
+#   setsid nohup bash bench/python/mx_pilot.sh [--out build/mx-cpu] >> build/mx-cpu/queue.log 2>&1 &
 #   bash bench/python/mx_pilot.sh --status          # where it stands
 #
 # Calling it again resumes the queue: runs in DIR/*/results.csv are not run
@@ -23,12 +23,6 @@
 #      under the other emulation (gnmr's default as shipped; needs the gnmr
 #      package in the interpreter).
 set -uo pipefail
-# Started under setsid (as the docs say), the queue is its own scheduling
-# autogroup, and nice(1) then weighs it only against itself: a build in
-# another session would still get half the cores. The autogroup's own nice
-# makes the queue yield to interactive work (Linux; silently skipped
-# elsewhere).
-echo 19 > /proc/self/autogroup 2>/dev/null || true
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 out="build/mx-cpu"
@@ -53,6 +47,17 @@ if [ "$status" = 1 ]; then
   done
   [ -f "$out/queue.log" ] && { echo "== last lines of $out/queue.log"; tail -n 5 "$out/queue.log"; }
   exit 0
+fi
+
+# Started under setsid (as the docs say), the queue is its own scheduling
+# autogroup, and nice(1) then weighs it only against itself: a build in
+# another session would still get half the cores. The autogroup's own nice
+# makes the queue yield to interactive work (Linux; silently skipped
+# elsewhere). Only when this script leads its own session: otherwise the
+# autogroup is the caller's terminal's, and lowering it would slow every
+# build started there.
+if [ "$(ps -o sid= -p $$ 2>/dev/null | tr -d ' ')" = "$$" ]; then
+  echo 19 > /proc/self/autogroup 2>/dev/null || true
 fi
 
 # One core of two is this queue's: a lower priority, and one copy at a time.

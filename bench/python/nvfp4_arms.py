@@ -219,37 +219,101 @@ def parse_arm(tok: str, slots, noise_c: float):
     return [(name, x, cc) for x in ms]
 
 
-def summary(path: Path) -> None:
+def _arm_key(k: str):
+    order = {a: i for i, a in enumerate(ARMS)}
+    return (order.get(k.split("@")[0].split("/")[0], 99), k.split("@")[0], int(k.split("@")[1]) if "@" in k else 0)
+
+
+def arm_rows(path: Path):
+    """Per arm label, in ARMS order: (label, seeds, mean loss, mean share,
+    mean fired share or None, (d, lo, hi) of arm - low or None, (g, lo, hi)
+    of the gap closed or None), and the low - high gaps per seed."""
     rows = list(csv.DictReader(open(path)))
     by = {}
     for r in rows:
         by.setdefault(label(r["arm"], r.get("max_o", ""), r.get("noise_c", "")), {})[int(r["seed"])] = r
     low, high = by.get("low", {}), by.get("high", {})
-    print(f"{'arm':<22}{'n':>4}{'loss':>10}{'share':>9}{'fired':>8}   arm - low [95%]            gap closed [95%]")
-    order = {a: i for i, a in enumerate(ARMS)}
-    for arm in sorted(by, key=lambda k: (order.get(k.split("@")[0].split("/")[0], 99), k.split("@")[0], int(k.split("@")[1]) if "@" in k else 0)):
+    out = []
+    for arm in sorted(by, key=_arm_key):
         seeds = sorted(by[arm])
         loss = sum(float(by[arm][s]["final_loss"]) for s in seeds) / len(seeds)
         share = sum(float(by[arm][s]["hp_share"]) for s in seeds) / len(seeds)
         fv = [float(by[arm][s]["fired_share"]) for s in seeds if by[arm][s].get("fired_share")]
-        fired = f"{sum(fv) / len(fv):8.4f}" if fv else f"{'':8}"
-        line = f"{arm:<22}{len(seeds):>4}{loss:>10.4f}{share:>9.4f}{fired}"
+        diff = closed = None
         both = [s for s in seeds if s in low]
         if both and arm != "low":
             d = [float(by[arm][s]["final_loss"]) - float(low[s]["final_loss"]) for s in both]
-            lo, hi = ts.bootstrap(d)
-            line += f"   {sum(d) / len(d):+.4f} [{lo:+.4f}, {hi:+.4f}]"
+            diff = (sum(d) / len(d),) + ts.bootstrap(d)
             three = [s for s in both if s in high and float(low[s]["final_loss"]) != float(high[s]["final_loss"])]
             if three:
                 gc = [(float(low[s]["final_loss"]) - float(by[arm][s]["final_loss"])) /
                       (float(low[s]["final_loss"]) - float(high[s]["final_loss"])) for s in three]
-                glo, ghi = ts.bootstrap(gc)
-                line += f"   {sum(gc) / len(gc):+.3f} [{glo:+.3f}, {ghi:+.3f}]"
+                closed = (sum(gc) / len(gc),) + ts.bootstrap(gc)
+        out.append((arm, seeds, loss, share, sum(fv) / len(fv) if fv else None, diff, closed))
+    gap = [float(low[s]["final_loss"]) - float(high[s]["final_loss"]) for s in sorted(low) if s in high]
+    return out, gap
+
+
+def summary(path: Path) -> None:
+    rows, gap = arm_rows(path)
+    print(f"{'arm':<22}{'n':>4}{'loss':>10}{'share':>9}{'fired':>8}   arm - low [95%]            gap closed [95%]")
+    for arm, seeds, loss, share, fired, diff, closed in rows:
+        line = f"{arm:<22}{len(seeds):>4}{loss:>10.4f}{share:>9.4f}"
+        line += f"{fired:8.4f}" if fired is not None else f"{'':8}"
+        if diff is not None:
+            line += f"   {diff[0]:+.4f} [{diff[1]:+.4f}, {diff[2]:+.4f}]"
+        if closed is not None:
+            line += f"   {closed[0]:+.3f} [{closed[1]:+.3f}, {closed[2]:+.3f}]"
         print(line)
-    if low and high:
-        gap = [float(low[s]["final_loss"]) - float(high[s]["final_loss"]) for s in sorted(low) if s in high]
-        if len(gap) > 1:
-            print(f"low - high: mean {sum(gap) / len(gap):+.4f}, seed sd {_sd(gap):.4f} over {len(gap)} seeds")
+    if len(gap) > 1:
+        print(f"low - high: mean {sum(gap) / len(gap):+.4f}, seed sd {_sd(gap):.4f} over {len(gap)} seeds")
+
+
+def plot(path: Path, png: Path) -> None:
+    """The curve (docs/record/nvfp4.md, "Protocol"): the gap closed against
+    the measured high-precision share, one line per arm family across its
+    shares (an arm at one share is a point), 95% intervals as bars, drawn
+    by gnuplot (Debian: gnuplot-nox)."""
+    import shutil
+    import subprocess
+    import tempfile
+
+    if shutil.which("gnuplot") is None:
+        raise SystemExit("nvfp4_arms: --plot needs gnuplot (Debian: apt-get install gnuplot-nox)")
+    rows, gap = arm_rows(path)
+    fams = {}
+    for arm, seeds, loss, share, fired, diff, closed in rows:
+        if closed is None or arm == "high":
+            continue
+        fams.setdefault(arm.split("@")[0], []).append((share, closed, len(seeds)))
+    if not fams:
+        raise SystemExit(f"nvfp4_arms: {path} has no arm with low and high on the same seeds to plot")
+    blocks, plots = [], []
+    for i, (fam, pts) in enumerate(fams.items()):
+        pts.sort()
+        n = min(p[2] for p in pts)
+        # Arms at one share would hide each other's bars: each family is
+        # drawn a few per cent to the right of the previous one.
+        off = 1.0 + 0.04 * i
+        blocks.append(f"$d{i} << EOD\n" + "".join(f"{max(sh, 1e-3) * off:.6g} {c[0]:.6g} {c[1]:.6g} {c[2]:.6g}\n"
+                                                  for sh, c, _ in pts) + "EOD\n")
+        name = "noise-floor (c = sqrt 3)" if fam == "noise-floor" else fam
+        plots.append(f"$d{i} using 1:2:3:4 with yerrorlines lw 2 pt 7 title '{name} (n = {n})'")
+    g = sum(gap) / len(gap) if gap else float("nan")
+    script = ("set terminal pngcairo size 960,600 font ',11' noenhanced\n" f"set output '{png}'\n" + "".join(blocks) +
+              "set logscale x\nset xlabel 'high-precision share of operator-steps (measured, log; "
+              "a share under 0.001 drawn at 0.001; families offset by 4% each)'\n"
+              "set ylabel 'gap closed: (L_low - L_arm) / (L_low - L_high)'\n"
+              f"set title 'NVFP4 (emulated): run-time promotion against static recipes; low - high = {g:+.4f}'\n"
+              "set key below\nset grid\nset yzeroaxis\n"
+              "set arrow from graph 0, first 1 to graph 1, first 1 nohead dt 2\n"
+              "plot " + ", ".join(plots) + "\n")
+    with tempfile.NamedTemporaryFile("w", suffix=".gp", delete=False) as f:
+        f.write(script)
+    r = subprocess.run(["gnuplot", f.name], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"nvfp4_arms: gnuplot failed:\n{r.stderr}")
+    print(f"nvfp4_arms: wrote {png}")
 
 
 def _sd(v):
@@ -277,6 +341,7 @@ def main() -> None:
     ap.add_argument("--text", default="/usr/share/games/fortunes")
     ap.add_argument("--out", default="build/nvfp4-arms")
     ap.add_argument("--summary", action="store_true", help="only print the summary of OUT/results.csv")
+    ap.add_argument("--plot", default=None, help="with --summary: draw the curve to this PNG (gnuplot)")
     a = ap.parse_args()
     if a.late_share is None:
         a.late_share = 2.0 / a.depth
@@ -285,6 +350,8 @@ def main() -> None:
     res = out / "results.csv"
     if a.summary:
         summary(res)
+        if a.plot:
+            plot(res, Path(a.plot))
         return
     slots = [int(x) for x in a.max_o.split(",") if x]
     try:

@@ -59,3 +59,29 @@ def test_a_tiny_queue_writes_a_row_a_run_and_resumes(tmp_path):
     assert len(list(csv.DictReader(open(tmp_path / "results.csv")))) == 4  # nothing ran twice
     bad = run(tmp_path, "low@2")
     assert bad.returncode != 0 and "only noise-floor and random" in bad.stderr
+
+
+def test_the_curve_is_drawn_from_paired_rows(tmp_path):
+    import shutil
+
+    if shutil.which("gnuplot") is None:
+        pytest.skip("gnuplot not installed (Debian: gnuplot-nox)")
+    rows = []
+    for s, base in ((1, 2.50), (2, 2.52)):
+        rows += [("low", s, base + 0.03, 0.0, "", ""), ("high", s, base, 1.0, "", ""),
+                 ("static-layers", s, base + 0.015, 1 / 3, "", ""),
+                 ("noise-floor", s, base + 0.029, 1 / 42, 1, 8.1), ("noise-floor", s, base + 0.02, 1 / 3, 14, 8.1),
+                 ("random", s, base + 0.03, 1 / 42, 1, "")]
+    with open(tmp_path / "results.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=na.FIELDS)
+        w.writeheader()
+        for arm, s, loss, share, m, c in rows:
+            w.writerow({"arm": arm, "seed": s, "final_loss": loss, "hp_share": share, "max_o": m, "noise_c": c})
+    out, gap = na.arm_rows(tmp_path / "results.csv")
+    by = {r[0]: r for r in out}
+    assert gap == pytest.approx([0.03, 0.03])
+    assert by["static-layers"][6][0] == pytest.approx(0.5)  # half the gap closed on both seeds
+    assert by["noise-floor/c=8.1@14"][6][0] == pytest.approx(1 / 3)
+    png = tmp_path / "curve.png"
+    na.plot(tmp_path / "results.csv", png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

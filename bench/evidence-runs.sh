@@ -5,7 +5,8 @@
 # (demo seeds 306-310 and five Hugging Face families at seeds 3006-3010,
 # three recipes each) and the 10,000-step run (demo, seed 302).
 #
-#     bash bench/evidence-runs.sh [OUT]        (default OUT: build/evidence)
+#     setsid nohup bash bench/evidence-runs.sh [OUT] > LOG 2>&1 < /dev/null &   (default OUT: build/evidence;
+#     setsid: its own scheduling group, lowered below)
 #
 # Resumable and idempotent: gnmr-demo keeps a run cache (OUT/.../runs/) and
 # trainer_stability.py skips the runs already in its results.csv, so an

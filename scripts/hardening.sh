@@ -19,7 +19,8 @@
 # Needs: g++ (or any compiler with ASan/UBSan), clang++ with libFuzzer
 # (Debian: clang libclang-rt-14-dev; scripts/install-deps.sh installs them).
 # A fuzzer finding stops the script with the input saved under
-# $FUZZ_BUILD_DIR/artifacts/<target>/ (reproduce: <target> <file>).
+# <fuzz build>/artifacts/<target>/ (reproduce: <target> <file>): $SAN_BUILD_DIR
+# when it built the fuzzers, else $FUZZ_BUILD_DIR.
 set -euo pipefail
 
 if [ "${GNMR_HARDENING:-1}" = "0" ]; then
@@ -71,6 +72,7 @@ if [ "$secs" = "0" ]; then
   exit 0
 fi
 cxx="${GNMR_FUZZ_CXX:-}"
+[ "$fuzz" = "$san" ] && cxx="$GNMR_SAN_CXX"  # the fuzzers come from the sanitizer build
 if [ -z "$cxx" ]; then
   for c in clang++ clang++-14 clang++-15 clang++-16 clang++-17 clang++-18; do
     if command -v "$c" >/dev/null 2>&1; then cxx="$c"; break; fi

@@ -3,7 +3,7 @@
 # machines (docs/record/mx-proxy.md, "The CPU pilot"): the queue of runs the
 # issue orders, one run at a time on one thread under nice, each resumable:
 #
-#   setsid nohup bash bench/python/mx_pilot.sh [--out build/mx-cpu] >> build/mx-cpu/queue.log 2>&1 &
+#   setsid nohup bash bench/python/mx_pilot.sh [--out build/mx-cpu] >> build/mx-cpu/queue.log 2>&1 < /dev/null &
 #   bash bench/python/mx_pilot.sh --status          # where it stands
 #
 # Calling it again resumes the queue: runs in DIR/*/results.csv are not run

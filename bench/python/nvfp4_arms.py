@@ -199,7 +199,7 @@ def label(arm: str, max_o, noise_c="") -> str:
     published sqrt(3) ("noise-floor/c=2.5@14"), so one file holds them all."""
     c = ""
     if arm == "noise-floor" and str(noise_c) != "" and abs(float(noise_c) - math.sqrt(3.0)) > 1e-9:
-        c = f"/c={float(noise_c):g}"
+        c = f"/c={float(noise_c):.12g}"
     return f"{arm}{c}@{max_o}" if arm in SLOTTED and str(max_o) != "" else arm
 
 
@@ -310,7 +310,10 @@ def plot(path: Path, png: Path) -> None:
               "plot " + ", ".join(plots) + "\n")
     with tempfile.NamedTemporaryFile("w", suffix=".gp", delete=False) as f:
         f.write(script)
-    r = subprocess.run(["gnuplot", f.name], capture_output=True, text=True)
+    try:
+        r = subprocess.run(["gnuplot", f.name], capture_output=True, text=True)
+    finally:
+        Path(f.name).unlink()
     if r.returncode != 0:
         raise SystemExit(f"nvfp4_arms: gnuplot failed:\n{r.stderr}")
     print(f"nvfp4_arms: wrote {png}")
@@ -373,12 +376,13 @@ def main() -> None:
             a.max_o_now = m if m != "" else (slots[0] if slots else 0)
             a.noise_c_now = c
             row = run(arm, seed, a)
-            new = not res.exists()
+            new = not res.exists() or res.stat().st_size == 0
             with open(res, "a", newline="") as f:
                 w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
                 if new:
                     w.writeheader()
                 w.writerow(row)
+            done.add((label(arm, m, c), seed))  # a plan naming a run twice runs it once
             print(",".join(str(row[k]) for k in FIELDS), flush=True)
     summary(res)
 

@@ -70,3 +70,23 @@ def test_bad_aux_traces_are_refused(tmp_path):
         ctl.trace(tmp_path / "n.csv", aux=tmp_path / "n.csv")
     with pytest.raises(ValueError, match="closes both"):
         ctl.trace(None, aux=tmp_path / "a.csv")
+
+
+def test_reopening_the_same_trace_path_starts_it_cleanly(tmp_path):
+    # The old writer's buffered rows are flushed before the path is
+    # truncated, so none of them land in the new file afterwards.
+    p = torch.nn.Parameter(torch.randn(4))
+    ctl = gnmr.Controller({"u": [p]}, preset="gnmr-noise-floor")
+    ctl.trace(tmp_path / "n.csv")
+    for _ in range(3):
+        p.grad = torch.randn(4)
+        ctl.step(aux=torch.ones(1))
+    ctl.trace(tmp_path / "n.csv", aux=tmp_path / "a.csv")
+    p.grad = torch.randn(4)
+    ctl.step(aux=torch.ones(1))
+    ctl.trace(None)
+    for name in ("n.csv", "a.csv"):
+        data = (tmp_path / name).read_bytes()
+        assert b"\x00" not in data
+        lines = data.decode().splitlines()
+        assert lines[0] == "step,u" and [x.split(",")[0] for x in lines[1:]] == ["4"]

@@ -45,8 +45,8 @@ class DynController {
   }
   // Does the trigger need the aux signal (step() and step_norms() refuse)?
   virtual bool needs_aux() const { return false; }
-  // The last aux-taking step's finished aux norms (GnmrController::aux_norms);
-  // empty for the kinds that take no aux signal.
+  // The last aux-taking step's finished aux norms (GnmrController::aux_norms:
+  // zeros before any); empty for the layered kinds, which take no aux.
   virtual const std::vector<float>& aux_norms() const {
     static const std::vector<float> none;
     return none;

@@ -59,14 +59,18 @@ class Logs {
   // noise-floor trigger's noise), that gnmr-replay --aux reads beside it.
   void open_trace(const std::string& path, bool append = false, std::int64_t last_step = 0,
                   const std::string& aux_path = std::string()) {
+    // The rows the open writers still buffer go to their files first: the
+    // new trace may be the same path, which opening truncates, and the old
+    // stream must not write into it afterwards.
+    if (tr_file_) tr_file_->flush();
+    if (ax_file_) ax_file_->flush();
+    // The aux file first: if it cannot be opened, the trace is not truncated.
+    std::unique_ptr<std::ofstream> af;
+    if (!aux_path.empty()) af = open(aux_path, "aux trace", append);
     auto f = open(path, "trace", append);
     std::unique_ptr<gnmr::TraceWriter> w(new gnmr::TraceWriter(*f, names_, !append));
-    std::unique_ptr<std::ofstream> af;
     std::unique_ptr<gnmr::TraceWriter> aw;
-    if (!aux_path.empty()) {
-      af = open(aux_path, "aux trace", append);
-      aw.reset(new gnmr::TraceWriter(*af, names_, !append));
-    }
+    if (af) aw.reset(new gnmr::TraceWriter(*af, names_, !append));
     close_trace();
     tr_file_ = std::move(f);
     tr_ = std::move(w);
@@ -84,8 +88,22 @@ class Logs {
     if (!tr_) return;
     tr_.reset();
     ax_.reset();
-    if (ax_file_) finish(ax_file_, "aux trace");
-    finish(tr_file_, "trace");
+    // Both files are closed whatever happens to either; the first failure
+    // is reported.
+    std::string err;
+    if (ax_file_) {
+      try {
+        finish(ax_file_, "aux trace");
+      } catch (const IoError& e) {
+        err = e.what();
+      }
+    }
+    try {
+      finish(tr_file_, "trace");
+    } catch (const IoError& e) {
+      if (err.empty()) err = e.what();
+    }
+    if (!err.empty()) throw IoError(err);
   }
   void flush() {
     if (ev_) ev_->flush();

@@ -125,6 +125,28 @@ void check_aux(const gnmr::Trace& t, const gnmr::Trace& aux, const std::string& 
   }
 }
 
+// Does preset `p` step on each unit's aux signal (gnmr-noise-floor)? The
+// layered controllers never do.
+bool reads_aux(const std::string& p) {
+  return !gnmr::presets::is_layered(p) && gnmr::presets::make(p, 1)->needs_aux();
+}
+
+// Reads the trace at `path` into `t`: 0, or 1 with the reason on stderr.
+int load_trace(const std::string& path, const char* what, gnmr::Trace& t) {
+  std::ifstream in(path);
+  if (!in) {
+    std::fprintf(stderr, "gnmr-replay: cannot open %s '%s'\n", what, path.c_str());
+    return 1;
+  }
+  try {
+    t = gnmr::read_trace(in);
+  } catch (const gnmr::TraceError& e) {
+    std::fprintf(stderr, "gnmr-replay: %s:%zu: %s\n", path.c_str(), e.line, e.message.c_str());
+    return 1;
+  }
+  return 0;
+}
+
 RunStats run_one(const gnmr::Trace& t, const gnmr::Trace* aux, const std::string& preset,
                  const replay::Options& opt, bool several) {
   const bool global = gnmr::presets::is_global(preset);
@@ -257,20 +279,27 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  gnmr::Trace trace;
-  {
-    std::ifstream in(opt.trace);
-    if (!in) {
-      std::fprintf(stderr, "gnmr-replay: cannot open trace '%s'\n", opt.trace.c_str());
-      return 1;
-    }
-    try {
-      trace = gnmr::read_trace(in);
-    } catch (const gnmr::TraceError& e) {
-      std::fprintf(stderr, "gnmr-replay: %s:%zu: %s\n", opt.trace.c_str(), e.line, e.message.c_str());
-      return 1;
-    }
+  // A preset whose trigger reads each unit's aux signal (gnmr-noise-floor:
+  // the quantization noise) replays from a second trace of it (--aux);
+  // checked with the settings, before any trace loads.
+  bool any_aux = false;
+  for (const auto& p : opt.presets) {
+    if (!reads_aux(p)) continue;
+    any_aux = true;
+    if (opt.aux.empty())
+      std::fprintf(stderr, "gnmr-replay: preset '%s' needs each unit's aux norm with every step, which "
+                           "a norm trace does not hold: give it with --aux FILE (a trace of the same units "
+                           "and steps; Controller.trace(path, aux=...) writes one)\n", p.c_str());
   }
+  if (any_aux && opt.aux.empty()) return 2;
+  if (!opt.aux.empty() && !any_aux) {
+    std::fprintf(stderr, "gnmr-replay: --aux given, but no preset given reads an aux signal "
+                         "(gnmr-noise-floor does)\n(gnmr-replay --help for usage)\n");
+    return 2;
+  }
+
+  gnmr::Trace trace;
+  if (load_trace(opt.trace, "trace", trace)) return 1;
   std::printf("trace %s: %zu steps (%lld..%lld), %zu units\n", opt.trace.c_str(), trace.num_steps(),
               static_cast<long long>(trace.steps.front()), static_cast<long long>(trace.steps.back()),
               trace.num_units());
@@ -279,38 +308,11 @@ int main(int argc, char** argv) {
       std::printf("note: %s is a global preset: it sees one unit, each row's L2 norm "
                   "sqrt(sum n_i^2) over the %zu units (non-finite if any is)\n",
                   p.c_str(), trace.num_units());
-
-  // A preset whose trigger reads each unit's aux signal (gnmr-noise-floor:
-  // the quantization noise) replays from a second trace of it (--aux).
-  bool any_aux = false;
-  for (const auto& p : opt.presets)
-    any_aux = any_aux || (!gnmr::presets::is_layered(p) && gnmr::presets::make(p, 1)->needs_aux());
-  if (!opt.aux.empty() && !any_aux) {
-    std::fprintf(stderr, "gnmr-replay: --aux given, but no preset given reads an aux signal "
-                         "(gnmr-noise-floor does)\n(gnmr-replay --help for usage)\n");
-    return 2;
-  }
-  if (any_aux && opt.aux.empty()) {
-    for (const auto& p : opt.presets)
-      if (!gnmr::presets::is_layered(p) && gnmr::presets::make(p, 1)->needs_aux())
-        std::fprintf(stderr, "gnmr-replay: preset '%s' needs each unit's aux norm with every step, which "
-                             "a norm trace does not hold: give it with --aux FILE (a trace of the same units "
-                             "and steps; Controller.trace(path, aux=...) writes one)\n", p.c_str());
-    return 2;
-  }
   gnmr::Trace aux;
   if (!opt.aux.empty()) {
-    std::ifstream in(opt.aux);
-    if (!in) {
-      std::fprintf(stderr, "gnmr-replay: cannot open the aux trace '%s'\n", opt.aux.c_str());
-      return 1;
-    }
+    if (load_trace(opt.aux, "the aux trace", aux)) return 1;
     try {
-      aux = gnmr::read_trace(in);
       check_aux(trace, aux, opt.aux);
-    } catch (const gnmr::TraceError& e) {
-      std::fprintf(stderr, "gnmr-replay: %s:%zu: %s\n", opt.aux.c_str(), e.line, e.message.c_str());
-      return 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gnmr-replay: %s\n", e.what());
       return 1;

@@ -47,16 +47,7 @@ if(NOT rc EQUAL 0 OR NOT r STREQUAL "gnmr-noise-floor,30,2,0,0,0,0,0,0,0,0,0,0,0
   message(FATAL_ERROR "--noise-c 0.5 (${rc}): ${r}\n${out}\n${err}")
 endif()
 
-function(expect rc_want text)
-  execute_process(COMMAND ${REPLAY} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL rc_want)
-    message(FATAL_ERROR "gnmr-replay ${ARGN}: exit '${rc}', expected ${rc_want}\n${out}\n${err}")
-  endif()
-  string(FIND "${out}${err}" "${text}" pos)
-  if(pos EQUAL -1)
-    message(FATAL_ERROR "gnmr-replay ${ARGN}: output lacks '${text}':\n${out}\n${err}")
-  endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/expect.cmake)
 expect(2 "give it with --aux FILE" ${DATA}/noise.csv --preset gnmr-noise-floor)
 expect(2 "no preset given reads an aux signal" ${DATA}/noise.csv --aux ${DATA}/noise_aux.csv --preset gnmr)
 expect(1 "its steps differ from the trace's (29 rows against 30; first difference at row 30)"

@@ -4,6 +4,7 @@
 // exactly the controller that make() wraps (the path make_device() takes).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -47,6 +48,42 @@ TEST_CASE("DynController state round-trips through save()/load()", "[dyn]") {
       }
     }
   }
+}
+
+// save_into writes save()'s bytes, for every preset (typed and layered,
+// the default included) at every point of a run; a buffer of another size
+// is refused with the two sizes and nothing is written.
+TEST_CASE("save_into writes save()'s bytes; a wrong size writes nothing", "[dyn][state]") {
+  std::vector<std::string> all = presets::names();
+  for (const auto& name : all) {
+    INFO(name);
+    const std::size_t n = units_for(name);
+    auto a = gnmr_test::make(name, n);
+    const auto tr = rows(43, n, 120);
+    std::vector<std::uint8_t> into(a->state_bytes(), 0xA5u);
+    for (int t = 0; t < 120; ++t) {
+      if (t % 40 == 0 || t == 119) {
+        const std::vector<std::uint8_t> blob = a->save();
+        REQUIRE(a->state_bytes() == blob.size());
+        std::fill(into.begin(), into.end(), static_cast<std::uint8_t>(0xA5u + t));  // poisoned
+        a->save_into(into.data(), into.size());
+        REQUIRE(into == blob);
+      }
+      auxsteps::step_norms(*a, tr[t]);
+    }
+    std::vector<std::uint8_t> small(a->state_bytes() - 1, 0x11u);
+    CHECK_THROWS_WITH(a->save_into(small.data(), small.size()),
+                      Catch::Contains(std::to_string(small.size()) + " bytes") &&
+                          Catch::Contains(std::to_string(a->state_bytes())));
+    CHECK(std::all_of(small.begin(), small.end(), [](std::uint8_t b) { return b == 0x11u; }));
+  }
+  // The recommended controller too (make_default's layered controller).
+  auto d = gnmr_test::make_default(7);
+  const auto tr = rows(44, 7, 60);
+  for (int t = 0; t < 60; ++t) d->step_norms(tr[t]);
+  std::vector<std::uint8_t> into(d->state_bytes());
+  d->save_into(into.data(), into.size());
+  CHECK(into == d->save());
 }
 
 TEST_CASE("loading another preset's blob fails and changes nothing", "[dyn]") {

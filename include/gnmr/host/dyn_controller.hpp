@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -80,6 +81,18 @@ class DynController {
   // on a truncated, corrupted or mismatched blob and then changes nothing.
   virtual std::vector<std::uint8_t> save() const = 0;
   virtual void load(const void* data, std::size_t size, const StateLoadOptions& opt) = 0;
+  // The size of save()'s blob (fixed for a controller), and save() into a
+  // caller's buffer of exactly that size: the same bytes, and for every
+  // controller kind the library builds (typed, layered) no allocation, so a
+  // framework that keeps the state in its own buffer can save it every step
+  // (gnmr_jax does). A size other than state_bytes() throws
+  // std::invalid_argument and writes nothing.
+  virtual std::size_t state_bytes() const { return save().size(); }
+  virtual void save_into(void* out, std::size_t size) const {
+    const std::vector<std::uint8_t> blob = save();
+    detail::check_save_size(blob.size(), size, name());
+    std::memcpy(out, blob.data(), blob.size());
+  }
   void load(const void* data, std::size_t size) { load(data, size, StateLoadOptions{}); }
   void load(const std::vector<std::uint8_t>& blob, const StateLoadOptions& opt = {}) {
     load(blob.data(), blob.size(), opt);
@@ -131,6 +144,11 @@ class DynAdapter final : public DynController {
   std::uint32_t max_in_recovery() const override { return c_.policies().budget.slots(); }
   Combine partial_combine() const override { return C::Policies::NormT::kCombine; }
   std::vector<std::uint8_t> save() const override { return save_state(c_); }
+  std::size_t state_bytes() const override { return writer_.bytes(); }
+  void save_into(void* out, std::size_t size) const override {
+    detail::check_save_size(writer_.bytes(), size, name_);
+    writer_.write(c_.unit_states().data(), c_.steps_done(), c_.global_state(), static_cast<std::uint8_t*>(out));
+  }
   void load(const void* data, std::size_t size, const StateLoadOptions& opt) override {
     load_state(c_, data, size, opt);
   }
@@ -146,6 +164,7 @@ class DynAdapter final : public DynController {
  private:
   C c_;
   std::string name_;
+  detail::StateBlobWriter<typename C::Policies> writer_{c_.policies(), c_.num_units()};
 };
 
 // gnmr::save_state / load_state on any DynController (make_default's,

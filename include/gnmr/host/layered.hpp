@@ -48,21 +48,32 @@ constexpr std::uint32_t kLayeredMagic = 0x4c4d4e47u;  // "GNML" little-endian
 constexpr std::uint32_t kLayeredVersion = 1;
 
 // "GNML" | version | outer bytes (u64) | outer blob | inner bytes (u64) | inner blob
+constexpr std::size_t nested_bytes(std::size_t na, std::size_t nb) { return 8 + 8 + na + 8 + nb; }
+// The container's fields around two blobs of na and nb bytes; the outer's
+// goes to out + 16, the inner's to out + 24 + na.
+inline void nest_fields(std::uint8_t* out, std::uint64_t na, std::uint64_t nb) {
+  std::memcpy(out, &kLayeredMagic, 4);
+  std::memcpy(out + 4, &kLayeredVersion, 4);
+  std::memcpy(out + 8, &na, 8);
+  std::memcpy(out + 16 + na, &nb, 8);
+}
 inline std::vector<std::uint8_t> nest_blobs(const std::vector<std::uint8_t>& a, const std::vector<std::uint8_t>& b) {
-  std::vector<std::uint8_t> out(8 + 8 + a.size() + 8 + b.size());
-  std::uint8_t* p = out.data();
-  const auto put = [&p](const void* v, std::size_t k) {
-    std::memcpy(p, v, k);
-    p += k;
-  };
-  const std::uint64_t na = a.size(), nb = b.size();
-  put(&kLayeredMagic, 4);
-  put(&kLayeredVersion, 4);
-  put(&na, 8);
-  put(a.data(), a.size());
-  put(&nb, 8);
-  put(b.data(), b.size());
+  std::vector<std::uint8_t> out(nested_bytes(a.size(), b.size()));
+  nest_fields(out.data(), a.size(), b.size());
+  std::memcpy(out.data() + 16, a.data(), a.size());
+  std::memcpy(out.data() + 24 + a.size(), b.data(), b.size());
   return out;
+}
+// save_into of a pair of controllers (host or device kinds): no allocation
+// where theirs make none.
+template <class C>
+void nest_save_into(const C& outer, const C& inner, void* out, std::size_t size, const std::string& who) {
+  const std::size_t na = outer.state_bytes(), nb = inner.state_bytes();
+  check_save_size(nested_bytes(na, nb), size, who);
+  auto* p = static_cast<std::uint8_t*>(out);
+  nest_fields(p, na, nb);
+  outer.save_into(p + 16, na);
+  inner.save_into(p + 24 + na, nb);
 }
 
 struct NestedBlobs {
@@ -182,6 +193,12 @@ class LayeredController final : public DynController {
   bool outer_is_global() const { return global_; }
 
   std::vector<std::uint8_t> save() const override { return detail::nest_blobs(outer_->save(), inner_->save()); }
+  std::size_t state_bytes() const override {
+    return detail::nested_bytes(outer_->state_bytes(), inner_->state_bytes());
+  }
+  void save_into(void* out, std::size_t size) const override {
+    detail::nest_save_into(*outer_, *inner_, out, size, name_);
+  }
   // All or nothing (detail::layered_load).
   void load(const void* data, std::size_t size, const StateLoadOptions& opt) override {
     detail::layered_load(*outer_, *inner_, data, size, opt);

@@ -136,38 +136,75 @@ constexpr bool kLittleEndianHost = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
 constexpr bool kLittleEndianHost = true;  // MSVC targets are all little-endian
 #endif
 
-// The blob of a state given as host arrays: what save_state writes for the
-// host controller and, from a blocking copy, for the device one.
+// save_into's size check (DynController, DynDeviceController).
+inline void check_save_size(std::size_t need, std::size_t size, const std::string& who) {
+  if (size != need)
+    throw std::invalid_argument("gnmr: " + who + ": save_into: the buffer has " + std::to_string(size) +
+                                " bytes, the state blob " + std::to_string(need));
+}
+
+// One controller's blob writer: the fixed part of its blob (header and
+// identity) is built once, at construction; write() then fills in the step
+// count, the states and the checksum into a caller's buffer without
+// allocating (DynController::save_into, the JAX handlers, the device's
+// stream-ordered save).
 template <class PS>
-std::vector<std::uint8_t> write_state_blob(const PS& p, const typename PS::UnitState* units, std::uint64_t n,
-                                           std::int64_t steps_done, const GlobalState& global) {
+class StateBlobWriter {
+ public:
   using UnitState = typename PS::UnitState;
   static_assert(std::is_trivially_copyable<UnitState>::value && std::is_trivially_copyable<GlobalState>::value,
                 "gnmr: save_state needs trivially copyable states");
   static_assert(kLittleEndianHost || sizeof(PS) == 0,
                 "gnmr: state blobs store the raw states: little-endian hosts only");
-  const std::string id = policy_identity(p);
-  const std::size_t payload = static_cast<std::size_t>(n) * sizeof(UnitState);
-  const std::size_t g_at = kStateHeaderBytes + id.size();
-  const std::size_t u_at = g_at + sizeof(GlobalState);
-  std::vector<std::uint8_t> out(u_at + payload + kStateChecksumBytes);
-  std::uint8_t* b = out.data();
-  std::memcpy(b, kStateMagic, 8);
-  put_le(b + 8, kStateFormatVersion, 4);
-  put_le(b + 12, kStateHeaderBytes, 4);
-  put_le(b + 16, n, 8);
-  put_le(b + 24, policy_fingerprint(p), 8);
-  put_le(b + 32, sizeof(UnitState), 8);
-  put_le(b + 40, static_cast<std::uint64_t>(steps_done), 8);
-  put_le(b + 48, payload, 8);
-  put_le(b + 56, id.size(), 4);
-  put_le(b + 60, sizeof(GlobalState), 4);
-  std::memcpy(b + kStateHeaderBytes, id.data(), id.size());
-  // Canonical bytes (gnmr/detail/canonical.hpp): the same state gives the
-  // same blob, whatever its padding held (`out` starts zeroed).
-  canonical_copy(global, b + g_at);
-  for (std::uint64_t u = 0; u < n; ++u) canonical_copy(units[u], b + u_at + u * sizeof(UnitState));
-  put_le(b + u_at + payload, fnv1a64(b, u_at + payload), 8);
+
+  StateBlobWriter(const PS& p, std::uint64_t n) : n_(n) {
+    const std::string id = policy_identity(p);
+    payload_ = static_cast<std::size_t>(n) * sizeof(UnitState);
+    g_at_ = kStateHeaderBytes + id.size();
+    u_at_ = g_at_ + sizeof(GlobalState);
+    head_.assign(g_at_, 0);
+    std::uint8_t* b = head_.data();
+    std::memcpy(b, kStateMagic, 8);
+    put_le(b + 8, kStateFormatVersion, 4);
+    put_le(b + 12, kStateHeaderBytes, 4);
+    put_le(b + 16, n, 8);
+    put_le(b + 24, policy_fingerprint(p), 8);
+    put_le(b + 32, sizeof(UnitState), 8);
+    put_le(b + 48, payload_, 8);
+    put_le(b + 56, id.size(), 4);
+    put_le(b + 60, sizeof(GlobalState), 4);
+    std::memcpy(b + kStateHeaderBytes, id.data(), id.size());
+  }
+
+  std::size_t bytes() const { return u_at_ + payload_ + kStateChecksumBytes; }
+  std::uint64_t num_units() const { return n_; }
+
+  // Writes the blob of these states to out[0, bytes()).
+  void write(const UnitState* units, std::int64_t steps_done, const GlobalState& global, std::uint8_t* out) const {
+    std::memcpy(out, head_.data(), head_.size());
+    put_le(out + 40, static_cast<std::uint64_t>(steps_done), 8);
+    // Canonical bytes (gnmr/detail/canonical.hpp): the same state gives the
+    // same blob, whatever its padding held (the sections start zeroed).
+    std::memset(out + g_at_, 0, sizeof(GlobalState) + payload_);
+    canonical_copy(global, out + g_at_);
+    for (std::uint64_t u = 0; u < n_; ++u) canonical_copy(units[u], out + u_at_ + u * sizeof(UnitState));
+    put_le(out + u_at_ + payload_, fnv1a64(out, u_at_ + payload_), 8);
+  }
+
+ private:
+  std::uint64_t n_;
+  std::size_t payload_, g_at_, u_at_;
+  std::vector<std::uint8_t> head_;  // header and identity; the step count is filled in by write()
+};
+
+// The blob of a state given as host arrays: what save_state writes for the
+// host controller and, from a blocking copy, for the device one.
+template <class PS>
+std::vector<std::uint8_t> write_state_blob(const PS& p, const typename PS::UnitState* units, std::uint64_t n,
+                                           std::int64_t steps_done, const GlobalState& global) {
+  const StateBlobWriter<PS> w(p, n);
+  std::vector<std::uint8_t> out(w.bytes());
+  w.write(units, steps_done, global, out.data());
   return out;
 }
 

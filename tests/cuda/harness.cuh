@@ -93,5 +93,6 @@ void test_summary_ring();
 void test_errors_without_device();  // runs without a GPU
 void test_conformance_device();
 void test_errors();
+void test_state_stage();
 
 }  // namespace gpu_test

@@ -344,6 +344,7 @@ int main() {
   if (want("ring")) gpu_test::test_summary_ring();
   if (want("conformance")) gpu_test::test_conformance_device();
   if (want("errors")) gpu_test::test_errors();
+  if (want("stage")) gpu_test::test_state_stage();
   const cudaError_t last = cudaDeviceSynchronize();
   EXPECT(last == cudaSuccess, "device error at exit: %s", cudaGetErrorString(last));
   std::printf(gpu_test::failures() ? "gnmr_cuda_tests: %d FAILURE(S)\n" : "gnmr_cuda_tests: all passed\n",

@@ -34,6 +34,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -44,6 +45,7 @@
 #include "gnmr/cuda/grid.cuh"
 #include "gnmr/cuda/memory.cuh"
 #include "gnmr/cuda/policy_check.cuh"
+#include "gnmr/host/state_image.hpp"
 #include "gnmr/io/state.hpp"
 #include "gnmr/io/state_id.hpp"
 #include "gnmr/policy/budget.hpp"
@@ -186,6 +188,10 @@ class DeviceController {
   const std::int64_t* steps_done_device() const { return b_.step; }
   const UnitState* unit_states() const { return b_.state; }
   const GlobalState* global_state() const { return b_.global; }  // the systemic tracker
+  // The state's device regions and their codec (gnmr/cuda/state_stage.cuh).
+  std::unique_ptr<StateImage> state_image() {
+    return std::unique_ptr<StateImage>(new TypedStateImage<Policies>(p_, n_, b_.state, b_.global, b_.step));
+  }
   // The systemic threshold C (systemic iff more than C units trigger).
   std::uint32_t systemic_threshold() const { return threshold_; }
 

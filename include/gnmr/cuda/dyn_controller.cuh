@@ -10,11 +10,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "gnmr/core/types.hpp"
+#include "gnmr/host/state_image.hpp"
 #include "gnmr/io/state.hpp"
 #include "gnmr/policy/norm.hpp"
 
@@ -69,6 +71,15 @@ class DynDeviceController {
   virtual Combine partial_combine() const = 0;
   virtual void set_unit_numel(const std::uint64_t* numel, std::size_t n) = 0;
   virtual void reset() = 0;  // synchronous
+
+  // This controller's state as an image of its device regions and the
+  // codec between it and the blob (gnmr/host/state_image.hpp): what
+  // StateStage (gnmr/cuda/state_stage.cuh) loads and saves on a stream.
+  // Every kind the library builds has one; the regions stay valid for the
+  // controller's lifetime. Setup time.
+  virtual std::unique_ptr<StateImage> state_image() {
+    throw std::logic_error("gnmr: " + name() + ": this device controller kind has no state image");
+  }
 
   // The host state blob; load() throws gnmr::StateError on a bad blob and
   // then changes nothing. Both synchronise.

@@ -150,6 +150,9 @@ class LayeredDeviceController final : public DynDeviceController {
   }
   // The host LayeredController's container: a checkpoint moves between the
   // backends. All or nothing, as on the host.
+  std::unique_ptr<StateImage> state_image() override {
+    return std::unique_ptr<StateImage>(new NestedStateImage(outer_->state_image(), inner_->state_image()));
+  }
   std::vector<std::uint8_t> save() const override {
     return gnmr::detail::nest_blobs(outer_->save(), inner_->save());
   }

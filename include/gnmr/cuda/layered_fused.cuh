@@ -39,6 +39,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -247,6 +248,9 @@ class FusedLayeredDeviceController final : public DynDeviceController {
   }
   // LayeredDeviceController's container, byte for byte; load is all or
   // nothing (gnmr::detail::layered_load).
+  std::unique_ptr<StateImage> state_image() override {
+    return std::unique_ptr<StateImage>(new NestedStateImage(outer_.state_image(), inner_.state_image()));
+  }
   std::vector<std::uint8_t> save() const override {
     return gnmr::detail::nest_blobs(save_state(outer_), save_state(inner_));
   }

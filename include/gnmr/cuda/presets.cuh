@@ -89,6 +89,7 @@ class DeviceDynAdapter final : public DynDeviceController {
   void set_unit_numel(const std::uint64_t* numel, std::size_t n) override { dev_.set_unit_numel(numel, n); }
   void reset() override { dev_.reset(); }
 
+  std::unique_ptr<StateImage> state_image() override { return dev_.state_image(); }
   // The typed overloads of gnmr/cuda/controller.cuh: one blocking copy.
   std::vector<std::uint8_t> save() const override { return save_state(dev_); }
   void load(const void* data, std::size_t size, const StateLoadOptions& opt) override {

@@ -14,12 +14,14 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -176,12 +178,14 @@ class Pool {
   std::map<std::string, std::vector<Ptr>> free_;
 };
 
-// Returns the controller to its pool on every path out of a handler.
+// Returns the controller to its pool on every path out of a handler. It
+// keeps a reference to the key (no copy, so no allocation): the key must
+// outlive the lease.
 template <class Ctl>
 class Lease {
  public:
-  Lease(Pool<Ctl>& pool, std::string key, typename Pool<Ctl>::Ptr p)
-      : pool_(pool), key_(std::move(key)), p_(std::move(p)) {}
+  Lease(Pool<Ctl>& pool, const std::string& key, typename Pool<Ctl>::Ptr p)
+      : pool_(pool), key_(key), p_(std::move(p)) {}
   ~Lease() { pool_.give_back(key_, std::move(p_)); }
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;
@@ -190,12 +194,26 @@ class Lease {
 
  private:
   Pool<Ctl>& pool_;
-  std::string key_;
+  const std::string& key_;
   typename Pool<Ctl>::Ptr p_;
 };
 
+// The pool's key of a configuration, written into `out` (a string kept by
+// the caller: once it has grown to a key's size, no allocation).
+inline void pool_key_into(std::string& out, std::string_view preset, std::string_view options, std::size_t n) {
+  char num[24];
+  const int k = std::snprintf(num, sizeof num, "%zu", n);
+  out.clear();
+  out.append(preset.data(), preset.size());
+  out.push_back('\0');
+  out.append(options.data(), options.size());
+  out.push_back('\0');
+  out.append(num, static_cast<std::size_t>(k));
+}
 inline std::string pool_key(const std::string& preset, const std::string& options, std::size_t n) {
-  return preset + '\0' + options + '\0' + std::to_string(n);
+  std::string key;
+  pool_key_into(key, preset, options, n);
+  return key;
 }
 
 }  // namespace gnmr_jax

@@ -8,16 +8,18 @@
 //   attrs: preset (string), options (string: "key=value" lines)
 //   rets:  state uint8[B] (aliased to the input state by the caller),
 //          scale float32[N], flags uint32[N], counts int32[10], values float32[4]
-// It loads the state into a pooled gnmr::presets::make controller
-// (common.hpp), runs DynController::step(partials) — the library's host
-// step, so the decisions are the C++ controller's bit for bit — and writes
-// DynController::save() into the output state. Every C++ error (a corrupted
-// or mismatched state, a bad preset) comes back as an XLA FFI error with the
-// library's message; nothing escapes as an exception.
+// It runs host_step (host_step.hpp) on a pooled gnmr::presets::make
+// controller (common.hpp): the blob is loaded unless it is the one the
+// controller saved last, DynController::step(partials) runs — the
+// library's host step, so the decisions are the C++ controller's bit for
+// bit — and DynController::save_into writes the new blob. Every C++ error
+// (a corrupted or mismatched state, a bad preset) comes back as an XLA FFI
+// error with the library's message; nothing escapes as an exception.
 //
-// Cost per call: the blob's checksum and copy on load and on save, and
-// save()'s one std::vector allocation (the core has no save-into-buffer
-// entry yet); microseconds for hundreds of units.
+// Cost per call in a training loop: a compare of the blob with the last one
+// saved, the step, the save (the blob's checksum) and two copies of the
+// blob; no allocation. A blob seen for the first time (a restore) is
+// parsed and checked in full.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -28,6 +30,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "host_step.hpp"
 #include "gnmr/config.hpp"
 #include "gnmr/io/state.hpp"
 #include "gnmr/presets/make.hpp"
@@ -45,8 +48,8 @@ using S32Vec = ffi::Buffer<ffi::S32, 1>;
 
 namespace {
 
-Pool<gnmr::DynController>& host_pool() {
-  static Pool<gnmr::DynController> pool;  // never destroyed before the handlers' last call
+Pool<HostSlot>& host_pool() {
+  static Pool<HostSlot> pool;  // never destroyed before the handlers' last call
   return pool;
 }
 
@@ -66,29 +69,17 @@ ffi::Error step_impl(F32Vec partials, U8Vec state, std::string_view preset_v, st
     return ffi::Error::InvalidArgument("gnmr_jax: the summary arrays have the wrong size");
   if (state_out->element_count() != state.element_count())
     return ffi::Error::InvalidArgument("gnmr_jax: the output state must have the input state's size");
-  const std::string preset(preset_v), options(options_v);
   try {
-    const std::string key = pool_key(preset, options, n);
-    Lease<gnmr::DynController> ctl(host_pool(), key,
-                                   host_pool().take(key, [&] { return make_controller(preset, options, n); }));
-    // Load before anything is written: the output state may be the input's
-    // own buffer (input_output_aliases).
-    ctl->load(state.typed_data(), state.element_count());
-    const gnmr::StepSummary& s = ctl->step(partials.typed_data(), n);
-    const std::vector<std::uint8_t> blob = ctl->save();
-    if (blob.size() != state_out->element_count())
-      return ffi::Error::Internal("gnmr_jax: the saved state has " + std::to_string(blob.size()) +
-                                  " bytes, the state array " + std::to_string(state_out->element_count()) +
-                                  " (a state of an older format: re-create it with the guard's init)");
-    std::memcpy(state_out->typed_data(), blob.data(), blob.size());
-    const std::vector<gnmr::UnitDecision>& d = ctl->decisions();
-    float* sc = scale->typed_data();
-    std::uint32_t* fl = flags->typed_data();
-    for (std::size_t u = 0; u < n; ++u) {
-      sc[u] = d[u].scale;
-      fl[u] = d[u].flags;
-    }
-    write_summary(s, counts->typed_data(), values->typed_data());
+    // The key is built in a thread-local string: no allocation once it has
+    // grown to this configuration's size.
+    thread_local std::string key;
+    pool_key_into(key, preset_v, options_v, n);
+    Lease<HostSlot> slot(host_pool(), key, host_pool().take(key, [&] {
+      return std::unique_ptr<HostSlot>(
+          new HostSlot(make_controller(std::string(preset_v), std::string(options_v), n)));
+    }));
+    host_step(*slot, partials.typed_data(), n, state.typed_data(), state_out->typed_data(), state.element_count(),
+              scale->typed_data(), flags->typed_data(), counts->typed_data(), values->typed_data());
   } catch (const gnmr::StateError& e) {
     return ffi::Error::InvalidArgument(std::string("gnmr_jax: the guard's state: ") + e.what());
   } catch (const std::invalid_argument& e) {
@@ -194,10 +185,11 @@ __attribute__((visibility("default"))) long gnmr_jax_init_state(const char* pres
       throw std::invalid_argument(std::string("gnmr_jax: preset '") + preset +
                                   "' needs each unit's noise with every step, which the JAX step does not take "
                                   "(use it from C++, CUDA or Python: docs/presets.md, gnmr-noise-floor)");
-    const std::vector<std::uint8_t> blob = ctl->save();
-    if (out != nullptr && cap >= blob.size()) std::memcpy(out, blob.data(), blob.size());
-    gnmr_jax::host_pool().give_back(gnmr_jax::pool_key(preset, options, n), std::move(ctl));
-    return static_cast<long>(blob.size());
+    std::unique_ptr<gnmr_jax::HostSlot> slot(new gnmr_jax::HostSlot(std::move(ctl)));
+    const std::size_t bytes = slot->last.size();
+    if (out != nullptr && cap >= bytes) std::memcpy(out, slot->last.data(), bytes);
+    gnmr_jax::host_pool().give_back(gnmr_jax::pool_key(preset, options, n), std::move(slot));
+    return static_cast<long>(bytes);
   } catch (const std::exception& e) {
     gnmr_jax::put_text(e.what(), err, errcap);
     return -1;

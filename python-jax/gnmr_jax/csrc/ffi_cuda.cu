@@ -12,16 +12,20 @@
 // call (PlatformStream<cudaStream_t>): its decisions are the host's bit for
 // bit on the same partials (docs/cuda.md).
 //
-// The state: the device controller keeps its state in its own device
-// buffers and reads and writes the canonical blob only through save() and
-// load(), which copy through the host and synchronise the device. So each
-// call costs, besides the step's two launches: one blob download (to load),
-// the step, and one save (a device barrier and a download) plus an
-// asynchronous upload of the new blob. That is correct but syncs the host
-// twice a step; a sync-free path needs the core to save into and load from
-// a device buffer on a stream (docs/jax.md, "On the GPU"; the report that
-// brought this file names the API). The decisions and the summary are
-// copied device to device on the stream, no host involved.
+// The state, without a host synchronisation: gnmr::cuda::StateStage
+// (gnmr/cuda/state_stage.cuh) loads the blob into the controller and saves
+// the new state into the output blob, on the stream: the blob is copied to
+// pinned memory, and a host function the stream runs in order compares it
+// with the blob the slot wrote last (a training loop's case: nothing to
+// decode) or checks and decodes it in full (a restore); the new blob is
+// encoded by another host function (save_state's bytes). The calling
+// thread never waits. A blob that does not load cannot be reported by this
+// call (its check runs later, on the stream): nothing is copied into the
+// controller or the output blob (which, aliased, keeps its bytes), every
+// unit's decision is SKIP (so no update reaches the weights), the summary
+// says skip_step, and the next call of the same slot returns the library's
+// message as an error. To catch a bad restored state at once, check it on
+// the host first: gnmr_jax.steps_done(state, guard) (docs/jax.md).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -35,6 +39,7 @@
 
 #include "common.hpp"
 #include "gnmr/cuda/presets.cuh"
+#include "gnmr/cuda/state_stage.cuh"
 #include "gnmr/io/state.hpp"
 #include "xla/ffi/api/ffi.h"
 
@@ -49,18 +54,18 @@ using S32Vec = ffi::Buffer<ffi::S32, 1>;
 
 namespace {
 
-// A device controller with its pinned staging buffer for the blob.
+// A device controller, its state stage, and an event ordering the slot's
+// calls across streams (the decisions buffer is the controller's).
 struct DeviceSlot {
   std::unique_ptr<gnmr::cuda::DynDeviceController> ctl;
-  std::uint8_t* pinned = nullptr;  // cudaMallocHost, `bytes` long
-  std::size_t bytes = 0;
-  cudaEvent_t upload_done = nullptr;  // the last upload from `pinned` finished
+  std::unique_ptr<gnmr::cuda::StateStage> stage;
+  cudaEvent_t done = nullptr;
   ~DeviceSlot() {
-    if (upload_done) {
-      cudaEventSynchronize(upload_done);
-      cudaEventDestroy(upload_done);
+    if (done) {
+      cudaEventSynchronize(done);
+      cudaEventDestroy(done);
     }
-    if (pinned) cudaFreeHost(pinned);
+    stage.reset();  // before the controller whose regions it copies
   }
 };
 
@@ -73,14 +78,26 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
-// Decisions (interleaved scale, flags) and the summary into the outputs.
+// Decisions (interleaved scale, flags) and the summary into the outputs;
+// after a load that failed (*status != kOk) every unit SKIP and the summary
+// skip_step alone.
 __global__ void unpack(const gnmr::UnitDecision* d, const gnmr::StepSummary* s, std::size_t n, float* scale,
-                       std::uint32_t* flags, std::int32_t* counts, float* values) {
+                       std::uint32_t* flags, std::int32_t* counts, float* values,
+                       const volatile std::uint32_t* status) {
+  const bool failed = *status != gnmr::StageCore::kOk;
   for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
-    scale[i] = d[i].scale;
-    flags[i] = d[i].flags;
+    scale[i] = failed ? 1.0f : d[i].scale;
+    flags[i] = failed ? static_cast<std::uint32_t>(gnmr::kSkip) : d[i].flags;
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) write_summary(*s, counts, values);
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (failed) {
+      gnmr::StepSummary z{};
+      z.skip_step = 1;
+      write_summary(z, counts, values);
+    } else {
+      write_summary(*s, counts, values);
+    }
+  }
 }
 
 ffi::Error step_impl(cudaStream_t stream, std::int32_t device, F32Vec partials, U8Vec state,
@@ -96,39 +113,39 @@ ffi::Error step_impl(cudaStream_t stream, std::int32_t device, F32Vec partials, 
     return ffi::Error::InvalidArgument("gnmr_jax: the summary arrays have the wrong size");
   if (state_out->element_count() != bytes)
     return ffi::Error::InvalidArgument("gnmr_jax: the output state must have the input state's size");
-  const std::string preset(preset_v), options(options_v);
   try {
     check(cudaSetDevice(device), "cudaSetDevice");
-    const std::string key = std::to_string(device) + '\0' + pool_key(preset, options, n);
+    thread_local std::string key;
+    pool_key_into(key, preset_v, options_v, n);
+    key += '\0';
+    key += std::to_string(device);
     Lease<DeviceSlot> slot(device_pool(), key, device_pool().take(key, [&] {
       std::unique_ptr<DeviceSlot> s(new DeviceSlot());
-      s->ctl = gnmr::cuda::make_device(preset, n, parse_options(options));
-      check(cudaMallocHost(reinterpret_cast<void**>(&s->pinned), bytes), "cudaMallocHost");
-      s->bytes = bytes;
-      check(cudaEventCreateWithFlags(&s->upload_done, cudaEventDisableTiming), "cudaEventCreate");
+      s->ctl = gnmr::cuda::make_device(std::string(preset_v), n, parse_options(std::string(options_v)));
+      s->stage.reset(new gnmr::cuda::StateStage(*s->ctl));
+      check(cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming), "cudaEventCreate");
       return s;
     }));
-    if (slot->bytes != bytes) return ffi::Error::Internal("gnmr_jax: a pooled controller of another state size");
-    // The staging buffer is free once its previous upload ran.
-    check(cudaEventSynchronize(slot->upload_done), "cudaEventSynchronize");
-    // Load: the blob to the host (the stream orders it after its producer).
-    check(cudaMemcpyAsync(slot->pinned, state.typed_data(), bytes, cudaMemcpyDeviceToHost, stream), "download state");
-    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-    slot->ctl->load(slot->pinned, bytes);  // throws StateError, controller unchanged
+    // A load that failed in an earlier call of this slot: its message now.
+    const std::string failed = slot->stage->take_error();
+    if (!failed.empty())
+      return ffi::Error::InvalidArgument("gnmr_jax: the guard's state (an earlier step): " + failed);
+    if (slot->stage->blob_bytes() != bytes)
+      return ffi::Error::InvalidArgument("gnmr_jax: the guard's state: the state array has " + std::to_string(bytes) +
+                                         " bytes, this guard's state " + std::to_string(slot->stage->blob_bytes()) +
+                                         " (a state of another configuration or format: re-create it with the "
+                                         "guard's init)");
+    check(cudaStreamWaitEvent(stream, slot->done, 0), "cudaStreamWaitEvent");
+    // Load before anything is written: the output may be the input's buffer.
+    check(slot->stage->load_async(state.typed_data(), bytes, stream), "state load");
     check(slot->ctl->step(partials.typed_data(), stream), "device step");
-    // save() waits for the device (a barrier), so it sees the step.
-    const std::vector<std::uint8_t> blob = slot->ctl->save();
-    if (blob.size() != bytes)
-      return ffi::Error::Internal("gnmr_jax: the saved state has " + std::to_string(blob.size()) +
-                                  " bytes, the state array " + std::to_string(bytes));
-    std::memcpy(slot->pinned, blob.data(), bytes);
-    check(cudaMemcpyAsync(state_out->typed_data(), slot->pinned, bytes, cudaMemcpyHostToDevice, stream),
-          "upload state");
-    check(cudaEventRecord(slot->upload_done, stream), "cudaEventRecord");
+    check(slot->stage->save_async(state_out->typed_data(), bytes, stream), "state save");
     const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 1024));
     unpack<<<blocks, 256, 0, stream>>>(slot->ctl->decisions(), slot->ctl->summary(), n, scale->typed_data(),
-                                       flags->typed_data(), counts->typed_data(), values->typed_data());
+                                       flags->typed_data(), counts->typed_data(), values->typed_data(),
+                                       reinterpret_cast<const volatile std::uint32_t*>(slot->stage->status_device()));
     check(cudaGetLastError(), "unpack launch");
+    check(cudaEventRecord(slot->done, stream), "cudaEventRecord");
   } catch (const gnmr::StateError& e) {
     return ffi::Error::InvalidArgument(std::string("gnmr_jax: the guard's state: ") + e.what());
   } catch (const std::invalid_argument& e) {

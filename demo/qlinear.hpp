@@ -12,7 +12,11 @@
 // With per-tensor scaling an operand is quantized once and reused by both
 // GEMMs that read it (Transformer Engine does the same); with NVFP4 block
 // scaling each GEMM quantizes along its own reduction dimension (W and dy
-// are re-quantized transposed). Each operator keeps three amax histories
+// are re-quantized transposed). Under --format nvfp4-recipe (NVIDIA's
+// recipe, CPU only: nvfp4_recipe.hpp) the weight is quantized once in 16x16
+// blocks for both the forward and the dgrad, dy is rounded stochastically,
+// and the wgrad's inputs pass through the random Hadamard transform along
+// the tokens first. Each operator keeps three amax histories
 // (x, W, dy). A promoted operator runs all three GEMMs unquantized and still
 // feeds its histories, so its scales are fresh when it drops back.
 //
@@ -23,11 +27,14 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
 
+#include "nvfp4_recipe.hpp"
 #include "quant.hpp"
 
 namespace demo {
@@ -45,6 +52,11 @@ struct OpState {
 struct QuantContext {
   QuantConfig cfg;
   bool enabled = true;  // false: every GEMM in high precision, histories untouched (evaluation)
+  // nvfp4-recipe: the run's seed and this step (the stochastic rounding's
+  // draws), the Hadamard transform's signs (fixed for the run).
+  std::uint64_t seed = 0;
+  std::int64_t step = 0;
+  float rht[16] = {};
   std::vector<std::uint8_t> promoted;  // CPU: per operator, this step
   torch::Tensor promoted_dev;           // CUDA: bool [ops], written on the device
 
@@ -56,6 +68,46 @@ struct QuantContext {
   }
 };
 
+// --- nvfp4-recipe (nvfp4_recipe.hpp), CPU tensors -------------------------
+
+inline torch::Tensor cpu_contig(const torch::Tensor& x) {
+  if (!x.is_cpu()) throw std::logic_error("nvfp4-recipe runs on the CPU only");
+  return x.contiguous();
+}
+
+// The weight [N, K] in 16x16 blocks: the forward's and the dgrad's operand.
+inline torch::Tensor recipe_weight(const torch::Tensor& w, const Promoted& pro) {
+  if (pro.host) return w;
+  const auto wc = cpu_contig(w);
+  auto y = torch::empty_like(wc);
+  qdq_nvfp4_2d(wc.data_ptr<float>(), y.data_ptr<float>(), static_cast<std::size_t>(wc.size(0)),
+               static_cast<std::size_t>(wc.size(1)));
+  return y;
+}
+
+// (dx, dW) of the recipe: dgrad = sr(dy along N) q2d(W); wgrad =
+// sr(rht(dy^T) along M) rne(rht(x^T) along M)^T. A promoted operator: both
+// unquantized.
+inline std::pair<torch::Tensor, torch::Tensor> recipe_backward(const torch::Tensor& x2, const torch::Tensor& qw,
+                                                               const torch::Tensor& dy2, const OpState* op,
+                                                               const QuantContext* qc, const Promoted& pro) {
+  if (pro.host) return {dy2.mm(qw), dy2.t().mm(x2)};
+  const auto dyc = cpu_contig(dy2);
+  const auto M = static_cast<std::size_t>(dyc.size(0)), N = static_cast<std::size_t>(dyc.size(1));
+  const auto K = static_cast<std::size_t>(x2.size(1));
+  auto qdy = torch::empty_like(dyc);
+  qdq_nvfp4_sr(dyc.data_ptr<float>(), qdy.data_ptr<float>(), M, N, sr_key(qc->seed, qc->step, op->index, 0));
+  const auto dx = qdy.mm(qw);
+  auto dyt = dyc.t().contiguous();       // [N, M]
+  auto xt = cpu_contig(x2).t().contiguous();  // [K, M]
+  rht16_rows(dyt.data_ptr<float>(), N, M, qc->rht);
+  rht16_rows(xt.data_ptr<float>(), K, M, qc->rht);
+  auto qdyt = torch::empty_like(dyt), qxt = torch::empty_like(xt);
+  qdq_nvfp4_sr(dyt.data_ptr<float>(), qdyt.data_ptr<float>(), N, M, sr_key(qc->seed, qc->step, op->index, 1));
+  qdq_nvfp4(xt.data_ptr<float>(), qxt.data_ptr<float>(), K, M);
+  return {dx, qdyt.mm(qxt.t())};
+}
+
 struct QLinearFn : public torch::autograd::Function<QLinearFn> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
                                const torch::Tensor& w, const torch::Tensor& b, OpState* op,
@@ -64,8 +116,9 @@ struct QLinearFn : public torch::autograd::Function<QLinearFn> {
     const Promoted pro = qc->promoted_of(op->index);
     const auto shape = x.sizes().vec();
     const auto x2 = x.reshape({-1, op->in}).contiguous();
-    const auto qx = operand(x2, c.fwd_x, c.scaling, &op->hx, pro);
-    const auto qw = operand(w, c.fwd_w, c.scaling, &op->hw, pro);
+    const bool recipe = c.scaling == Scaling::kNvfp4Recipe;
+    const auto qx = operand(x2, c.fwd_x, recipe ? Scaling::kBlock16 : c.scaling, &op->hx, pro);
+    const auto qw = recipe ? recipe_weight(w, pro) : operand(w, c.fwd_w, c.scaling, &op->hw, pro);
     ctx->save_for_backward({x2, qx, w, qw});
     ctx->saved_data["op"] = reinterpret_cast<std::int64_t>(op);
     ctx->saved_data["qc"] = reinterpret_cast<std::int64_t>(qc);
@@ -87,6 +140,12 @@ struct QLinearFn : public torch::autograd::Function<QLinearFn> {
     const auto shape = dy.sizes().vec();
     const auto dy2 = dy.reshape({-1, op->out}).contiguous();
     const bool block = c.scaling == Scaling::kBlock16;
+    if (c.scaling == Scaling::kNvfp4Recipe) {
+      auto r = recipe_backward(x2, qw, dy2, op, qc, pro);
+      auto in_shape = shape;
+      in_shape.back() = op->in;
+      return {r.first.view(in_shape), r.second, dy2.sum(0), torch::Tensor(), torch::Tensor()};
+    }
 
     const auto qdy = operand(dy2, c.bwd, c.scaling, &op->hdy, pro);
     // dgrad: dx[M,K] = dy[M,N] W[N,K]; with blocks, W along N (transposed).

@@ -28,13 +28,20 @@
 
 namespace demo {
 
-enum class Scaling : std::uint8_t { kCurrent, kDelayed, kBlock16 };
+// kNvfp4Recipe: NVIDIA's NVFP4 training recipe (nvfp4_recipe.hpp; the CPU
+// only): 1-D blocks for the activations and gradients, 16x16 blocks for the
+// weights, stochastic rounding of the gradients, the random Hadamard
+// transform on the weight-gradient GEMM's inputs.
+enum class Scaling : std::uint8_t { kCurrent, kDelayed, kBlock16, kNvfp4Recipe };
 
 inline const char* scaling_name(Scaling s) {
-  return s == Scaling::kDelayed ? "delayed" : s == Scaling::kBlock16 ? "block16" : "current";
+  return s == Scaling::kDelayed        ? "delayed"
+         : s == Scaling::kBlock16      ? "block16"
+         : s == Scaling::kNvfp4Recipe  ? "nvfp4-recipe"
+                                       : "current";
 }
 inline Scaling parse_scaling(const std::string& s) {
-  static const Scaling all[] = {Scaling::kCurrent, Scaling::kDelayed, Scaling::kBlock16};
+  static const Scaling all[] = {Scaling::kCurrent, Scaling::kDelayed, Scaling::kBlock16, Scaling::kNvfp4Recipe};
   return parse_named(s, all, scaling_name, "scaling");
 }
 
@@ -55,6 +62,10 @@ struct QuantConfig {
       for (Fmt f : {fwd_x, fwd_w, bwd})
         if (f != Fmt::kNone && f != Fmt::kE2M1)
           throw std::invalid_argument("block16 scaling is NVFP4's: every quantized operand must be e2m1");
+    if (scaling == Scaling::kNvfp4Recipe && (fwd_x != Fmt::kE2M1 || fwd_w != Fmt::kE2M1 || bwd != Fmt::kE2M1 || !wgrad))
+      throw std::invalid_argument(
+          "nvfp4-recipe quantizes all three GEMMs in e2m1: --fwd e2m1 --bwd e2m1 --wgrad-quant 1 (or --format "
+          "nvfp4-recipe, which sets them)");
   }
 };
 

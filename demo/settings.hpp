@@ -194,7 +194,14 @@ inline const std::vector<Setting>& settings() {
       {"--fwd-x", "forward format of the activations", [](R& c, S v) { c.quant.fwd_x = parse_fmt(v); }},
       {"--fwd-w", "forward format of the weights", [](R& c, S v) { c.quant.fwd_w = parse_fmt(v); }},
       {"--bwd", "format of the output gradients", [](R& c, S v) { c.quant.bwd = parse_fmt(v); }},
-      {"--scaling", "current | delayed | block16 (NVFP4, e2m1 only)", [](R& c, S v) { c.quant.scaling = parse_scaling(v); }},
+      {"--scaling", "current | delayed | block16 (NVFP4, e2m1 only) | nvfp4-recipe", [](R& c, S v) { c.quant.scaling = parse_scaling(v); }},
+      {"--format", "nvfp4-recipe: NVIDIA's NVFP4 training recipe on all three GEMMs (16x16 weight blocks, stochastic "
+                   "rounding of gradients, Hadamard transform on the weight gradient; CPU only)",
+       [](R& c, S v) {
+         if (v != "nvfp4-recipe") throw std::invalid_argument("--format takes nvfp4-recipe, got '" + v + "'");
+         c.quant.fwd_x = c.quant.fwd_w = c.quant.bwd = Fmt::kE2M1;
+         c.quant.scaling = Scaling::kNvfp4Recipe;
+         c.quant.wgrad = true; }},
       {"--wgrad-quant", "1: quantize the weight-gradient GEMM's inputs too", [](R& c, S v) { c.quant.wgrad = to_long("--wgrad-quant", v, 0, 1) != 0; }},
       {"--amax-history", "delayed scaling's amax history length", [](R& c, S v) { c.quant.history = static_cast<int>(to_long("--amax-history", v, 1, 1024)); }},
       {"--fault-rate", "probability per step of a gradient fault in one random unit", [](R& c, S v) { c.fault_rate = to_double("--fault-rate", v); }},

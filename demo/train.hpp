@@ -99,6 +99,10 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
   qc.cfg = rc.quant;
   qc.cfg.check();
   if (rc.arm.high) qc.cfg.fwd_x = qc.cfg.fwd_w = qc.cfg.bwd = Fmt::kNone;
+  if (qc.cfg.scaling == Scaling::kNvfp4Recipe && qc.cfg.any() && dev.is_cuda())
+    throw std::invalid_argument("--format nvfp4-recipe runs on the CPU only (its rounding loops are host code)");
+  qc.seed = rc.seed;
+  rht_signs(rc.seed, qc.rht);
   Gpt model(mc, ops, &qc);
   model->to(dev);
   const int n_ops = static_cast<int>(ops.ops.size());
@@ -196,6 +200,7 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
       if (o.gain.defined()) row.outlier_op = o.index;
     }
     qc.promoted = mask;  // CPU; on CUDA the device holds the same mask (promotion.hpp)
+    qc.step = step;      // the stochastic rounding's draws (nvfp4-recipe)
     R.masks.push_back(mask);
     auto batch = sample_batch(data.train, rc.batch, mc.ctx, batch_rng);
     model->zero_grad(/*set_to_none=*/false);

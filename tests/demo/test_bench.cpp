@@ -213,7 +213,7 @@ CATCH_TEST_CASE("operator units and the cache key", "[demo][bench]") {
       {"--fault-kind", "nan"},  {"--fault-factor", "10"},  {"--outlier-rate", "3"},    {"--outlier-factor", "100"},
       {"--outlier-len", "2"},   {"--outlier-first", "40"}, {"--outlier-channels", "2"}, {"--eval-format", "train"},
       {"--detect-k", "2"},      {"--max-o", "8"},          {"--gnmr-warmup", "5"},     {"--gnmr-set", "tau=2.5"},
-      {"--data", "/tmp/x"},     {"--device", "cuda"}};
+      {"--data", "/tmp/x"},     {"--device", "cuda"},      {"--format", "nvfp4-recipe"}};
   for (const auto& [flag, value] : changes) {
     CATCH_INFO(flag << " " << value);
     CATCH_CHECK(keys.insert(demo::run_key(demo::build_config("operator-outliers", "gnmr-promote", 1, {{flag, value}})))

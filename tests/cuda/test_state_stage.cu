@@ -7,7 +7,8 @@
 // decode); a restored older blob is decoded and the run goes on as a host
 // controller loaded from it; a corrupted blob sets the status word, changes
 // neither the controller nor the blob, and reports load_state's message.
-// The typed, the generic layered and the fused layered (default) kinds.
+// The typed, the generic layered and the fused layered (default) kinds;
+// then many calls queued ahead of the device on two streams.
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -42,9 +43,16 @@ void stage_run(const std::string& name, std::size_t n, int steps) {
   EXPECT(bytes == host->state_bytes(), "%s: blob size %zu vs host %zu", name.c_str(), bytes, host->state_bytes());
   Dev<std::uint8_t> blob(bytes);
   Dev<float> d_in(n);
-  blob.upload(host->save());
   cudaStream_t s;
   CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  // Uploads on the test's stream, waited for: Dev::upload's pageable
+  // cudaMemcpy is ordered only against the legacy stream.
+  const auto put = [&](const std::vector<std::uint8_t>& b) {
+    CK_RET(cudaMemcpyAsync(blob.p, b.data(), b.size(), cudaMemcpyHostToDevice, s));
+    CK_RET(cudaStreamSynchronize(s));
+    return true;
+  };
+  if (!put(host->save())) return;
   std::vector<float> in(n);
   std::vector<std::uint8_t> kept;
   std::unique_ptr<gnmr::DynController> restored;
@@ -74,7 +82,7 @@ void stage_run(const std::string& name, std::size_t n, int steps) {
   // A restore: step steps/3's blob, then as a host controller loaded from it.
   restored = gnmr::presets::make(name, n);
   restored->load(kept);
-  blob.upload(kept);
+  if (!put(kept)) return;
   for (int t = steps / 3 + 1; t <= steps / 3 + 20; ++t) {
     if (!one(t)) return;
     restored->step(in.data(), n);
@@ -84,16 +92,16 @@ void stage_run(const std::string& name, std::size_t n, int steps) {
   // A corrupted blob: nothing changes, the status says so, the message is load_state's.
   std::vector<std::uint8_t> good = blob.download(), corrupt = good;
   corrupt[corrupt.size() / 2] ^= 0x08u;
-  blob.upload(corrupt);
+  if (!put(corrupt)) return;
   if (!one(999)) return;
   std::uint32_t status = 0;
-  CK(cudaMemcpy(&status, stage.status_device(), 4, cudaMemcpyDeviceToHost));
+  CK(cudaMemcpy(&status, stage.status_device(), 4, cudaMemcpyDefault));  // mapped host memory
   EXPECT(status == gnmr::StageCore::kFailed, "%s: status %u after a corrupted blob", name.c_str(), status);
   EXPECT(blob.download() == corrupt, "%s: a refused blob was overwritten", name.c_str());
   const std::string e = stage.take_error();
   EXPECT(e.find("checksum") != std::string::npos || e.find("corrupted") != std::string::npos,
          "%s: message '%s'", name.c_str(), e.c_str());
-  blob.upload(good);
+  if (!put(good)) return;
   for (int t = steps / 3 + 21; t <= steps / 3 + 30; ++t) {
     if (!one(t)) return;
     restored->step(in.data(), n);
@@ -104,6 +112,52 @@ void stage_run(const std::string& name, std::size_t n, int steps) {
   std::printf("  stage %-22s %zu units, %d steps: blob == host save() every step\n", name.c_str(), n, steps);
 }
 
+// The JAX case: many load-step-save calls queued ahead of the device, the
+// blob read from one buffer and written to the next (a ring), the calls
+// alternating between two streams; one synchronisation at the end, then
+// every buffer against the host's save() of its step.
+void stage_pipelined(const std::string& name, std::size_t n, int steps) {
+  auto host = gnmr::presets::make(name, n);
+  auto dev = gnmr::cuda::make_device(name, n);
+  gnmr::cuda::StateStage stage(*dev);
+  const std::size_t bytes = stage.blob_bytes();
+  cudaStream_t st[2];
+  CK(cudaStreamCreateWithFlags(&st[0], cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&st[1], cudaStreamNonBlocking));
+  std::vector<std::unique_ptr<Dev<std::uint8_t>>> ring;
+  std::vector<std::unique_ptr<Dev<float>>> ins;
+  for (int t = 0; t <= steps; ++t) ring.emplace_back(new Dev<std::uint8_t>(bytes));
+  for (int t = 0; t < steps; ++t) ins.emplace_back(new Dev<float>(n));
+  const std::vector<std::uint8_t> first = host->save();
+  CK(cudaMemcpy(ring[0]->p, first.data(), bytes, cudaMemcpyHostToDevice));
+  std::vector<std::vector<float>> in(steps, std::vector<float>(n));
+  for (int t = 0; t < steps; ++t) {
+    tracegen::preset_partials(t + 1, in[t]);
+    CK(cudaMemcpy(ins[t]->p, in[t].data(), n * 4, cudaMemcpyHostToDevice));
+  }
+  CK(cudaDeviceSynchronize());
+  for (int t = 0; t < steps; ++t) {
+    cudaStream_t s = st[t % 2];
+    CK(stage.load_async(ring[t]->p, bytes, s));
+    CK(dev->step(ins[t]->p, s));
+    CK(stage.save_async(ring[t + 1]->p, bytes, s));
+  }
+  CK(cudaDeviceSynchronize());
+  std::size_t bad = 0;
+  for (int t = 0; t < steps; ++t) {
+    host->step(in[t].data(), n);
+    bad += ring[t + 1]->download() != host->save();
+  }
+  EXPECT(bad == 0, "%s: %zu of %d queued steps differ from the host", name.c_str(), bad, steps);
+  // Each load found the blob the stage had just written (the ring's next).
+  EXPECT(stage.fast_loads() == static_cast<std::uint64_t>(steps), "%s: %llu fast loads of %d queued",
+         name.c_str(), static_cast<unsigned long long>(stage.fast_loads()), steps);
+  CK(cudaStreamDestroy(st[0]));
+  CK(cudaStreamDestroy(st[1]));
+  std::printf("  stage %-22s %zu units, %d queued steps on two streams: blob == host save()\n", name.c_str(), n,
+              steps);
+}
+
 }  // namespace
 
 void test_state_stage() {
@@ -112,6 +166,8 @@ void test_state_stage() {
   stage_run("gnmr-calibrated", 257, steps);
   stage_run("default", 257, steps);           // fused layered
   stage_run("clip+gnmr", 64, steps);           // generic layered, global outer
+  stage_pipelined("default", 257, quick() ? 40 : 100);
+  stage_pipelined("gnmr", 1000, quick() ? 40 : 100);
 }
 
 }  // namespace gpu_test

@@ -126,6 +126,22 @@ TEST_CASE("a nested image is the layered container of its two parts", "[state][i
   const gnmr_test::ImageOf other = gnmr_test::image_of("gnmr", n, tr);
   const std::vector<std::uint8_t> mixed = gnmr::detail::nest_blobs(o.blob, other.blob);
   CHECK_THROWS_AS(im.check(mixed.data(), mixed.size(), {}), gnmr::StateError);
+  // The same messages as the layered controller's load.
+  auto layered = gnmr_test::make("stabilizer+gnmr-calibrated", n);
+  REQUIRE_NOTHROW(layered->load(want));
+  std::string want_msg, got_msg;
+  try {
+    layered->load(mixed);
+  } catch (const gnmr::StateError& e) {
+    want_msg = e.what();
+  }
+  try {
+    im.check(mixed.data(), mixed.size(), {});
+  } catch (const gnmr::StateError& e) {
+    got_msg = e.what();
+  }
+  CHECK(!want_msg.empty());
+  CHECK(got_msg == want_msg);
   std::vector<std::uint8_t> cut(want.begin(), want.begin() + 12);
   CHECK_THROWS_AS(im.check(cut.data(), cut.size(), {}), gnmr::StateError);
 }

@@ -19,6 +19,7 @@
 #include "gnmr/policy/recovery_ladder.hpp"
 #include "gnmr/policy/trigger_zscore.hpp"
 #include "semantics_util.hpp"
+#include "../../python-jax/gnmr_jax/csrc/host_step.hpp"
 
 namespace {
 
@@ -351,4 +352,24 @@ TEST_CASE("state blob v2: an identity that disagrees with the fingerprint is ref
   gnmr::GnmrController<> c(2);
   CHECK_THROWS_WITH(gnmr::load_state(c, b), Catch::Contains("saved by l2/dma/"));
   CHECK(c.steps_done() == 0);
+}
+
+// gnmr_jax's CPU step keeps the state in an array of the controller's blob
+// size: a version-1 blob loads (migrates) but its state would not fit, so
+// the step refuses it and the controller goes back to the state it had.
+TEST_CASE("gnmr_jax's host step refuses a version-1 blob and keeps its state", "[state][jax]") {
+  gnmr_jax::HostSlot slot(gnmr::make_dyn(warm14(fixed2())));
+  const std::vector<std::uint8_t> before = slot.last;
+  std::vector<std::uint8_t> v1(kV1Fixed, kV1Fixed + sizeof kV1Fixed);
+  REQUIRE(v1.size() != before.size());
+  const std::vector<float> p = {1.0f, 1.0f};
+  std::vector<float> scale(2);
+  std::vector<std::uint32_t> flags(2);
+  std::int32_t counts[gnmr_jax::kCounts];
+  float values[gnmr_jax::kValues];
+  CHECK_THROWS_WITH(gnmr_jax::host_step(slot, p.data(), 2, v1.data(), v1.data(), v1.size(), scale.data(),
+                                        flags.data(), counts, values),
+                    Catch::Contains("older format"));
+  CHECK(slot.last == before);
+  CHECK(slot.ctl->save() == before);
 }

@@ -28,14 +28,21 @@
 // copy kernels read a status word the host function wrote: a blob that does
 // not load sets it, nothing is copied either way (the controller and the
 // caller's blob keep their bytes), and take_error() returns load_state's
-// message once the stream has run that far. status_device() gives the word
-// to kernels of the caller's (gnmr_jax's handler skips every unit then).
+// message once the stream has run that far. The controller's step still runs
+// after a failed load, on the state the controller held: its decisions and
+// summary must not be applied then. Gate them on status_device() in your
+// kernels (gnmr_jax's handler turns every unit's decision into SKIP); the
+// next good load puts the controller back to that blob's state.
 // The host functions run on the CUDA driver's thread: they delay the
 // stream by their run time (a compare of the blob in a loop; a checksum of
 // it in a save), but the calling thread never waits.
 //
 // Determinism: the blob saved is save_state's for the same state, bit for
-// bit (the same encoder), and a load is load_state's checks and values.
+// bit (the same encoder), and a load is load_state's checks and values
+// (the summary is not zeroed as restore() does: the next step writes it).
+// Setup (the constructor) allocates and synchronises; load_async and
+// save_async only enqueue. Cost: the state crosses the bus four times a step
+// (mapped copies, 16 bytes a thread) and the host encodes the blob once.
 // Streams: a stage may be used from several streams; each call waits (on
 // the device) for the stage's previous call. The controller's step must be
 // ordered by the caller, as always.
@@ -66,6 +73,23 @@ struct StageRegions {
   unsigned count;
 };
 
+// n bytes from src to dst by the whole grid: 16 bytes at a time where both
+// are 16-byte aligned (the image's regions, cudaMalloc'd state, pinned
+// buffers), the tail and any unaligned pair byte by byte.
+__device__ inline void stage_copy_bytes(std::uint8_t* dst, const std::uint8_t* src, std::size_t n) {
+  const std::size_t tid = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x;
+  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
+  std::size_t done = 0;
+  if (((reinterpret_cast<std::uintptr_t>(dst) | reinterpret_cast<std::uintptr_t>(src)) & 15u) == 0) {
+    const std::size_t words = n / 16;
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    for (std::size_t i = tid; i < words; i += stride) d[i] = s[i];
+    done = words * 16;
+  }
+  for (std::size_t i = done + tid; i < n; i += stride) dst[i] = src[i];
+}
+
 // image <-> regions (to_device: image into the regions), if *status is kOk.
 // (Templates, as every kernel of this header-only library: one definition
 // however many translation units include it.)
@@ -73,16 +97,13 @@ template <class = void>
 __global__ void stage_copy_regions(StageRegions r, std::uint8_t* image, const volatile std::uint32_t* status,
                                    bool to_device) {
   if (*status != StageCore::kOk) return;
-  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
   for (unsigned k = 0; k < r.count; ++k) {
     std::uint8_t* d = static_cast<std::uint8_t*>(r.dev[k]);
     std::uint8_t* h = image + r.off[k];
-    for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < r.bytes[k]; i += stride) {
-      if (to_device)
-        d[i] = h[i];
-      else
-        h[i] = d[i];
-    }
+    if (to_device)
+      stage_copy_bytes(d, h, r.bytes[k]);
+    else
+      stage_copy_bytes(h, d, r.bytes[k]);
   }
 }
 
@@ -90,8 +111,7 @@ template <class = void>
 __global__ void stage_copy_blob(const std::uint8_t* src, std::uint8_t* dst, std::size_t n,
                                 const volatile std::uint32_t* status) {
   if (*status != StageCore::kOk) return;
-  const std::size_t stride = std::size_t(gridDim.x) * blockDim.x;
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += stride) dst[i] = src[i];
+  stage_copy_bytes(dst, src, n);
 }
 
 // Pinned host memory mapped into the device's address space.
@@ -133,6 +153,9 @@ class StateStage {
     in_ = std::make_unique<detail::MappedBuffer>(bb);
     out_ = std::make_unique<detail::MappedBuffer>(bb);
     status_ = std::make_unique<detail::MappedBuffer>(sizeof(std::uint32_t));
+    if (image_->regions() > StateImage::kMaxRegions)
+      throw std::logic_error("gnmr: StateStage: " + ctl.name() + ": more than " +
+                             std::to_string(StateImage::kMaxRegions) + " state regions");
     regions_.count = static_cast<unsigned>(image_->regions());
     std::size_t most = 0;
     for (unsigned k = 0; k < regions_.count; ++k) {
@@ -174,9 +197,12 @@ class StateStage {
     if ((e = cudaStreamWaitEvent(stream, done_, 0)) != cudaSuccess) return e;
     if ((e = cudaMemcpyAsync(in_->host(), d_blob, bytes, cudaMemcpyDeviceToHost, stream)) != cudaSuccess) return e;
     if ((e = cudaLaunchHostFunc(stream, &StateStage::on_loaded, this)) != cudaSuccess) return e;
+    // From here on the stream holds a call into this stage: done_ marks it
+    // whatever fails next, so the destructor waits for it.
     detail::stage_copy_regions<><<<blocks_, 256, 0, stream>>>(regions_, img_->dev(), status_word_dev(), true);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    return cudaEventRecord(done_, stream);
+    e = cudaGetLastError();
+    const cudaError_t r = cudaEventRecord(done_, stream);
+    return e != cudaSuccess ? e : r;
   }
   // Enqueue the save of the controller's state into d_blob (same size
   // rule). After a load that failed it writes nothing.
@@ -189,9 +215,15 @@ class StateStage {
     if ((e = cudaLaunchHostFunc(stream, &StateStage::on_saved, this)) != cudaSuccess) return e;
     detail::stage_copy_blob<><<<blocks_, 256, 0, stream>>>(out_->dev(), static_cast<std::uint8_t*>(d_blob), bytes,
                                                          status_word_dev());
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    return cudaEventRecord(done_, stream);
+    e = cudaGetLastError();
+    const cudaError_t r = cudaEventRecord(done_, stream);
+    return e != cudaSuccess ? e : r;
   }
+  // Marks the work enqueued on `stream` so far as the stage's last use: the
+  // next load or save (on any stream) and the destructor wait for it. Call it
+  // after your kernels that read status_device(), if another stream may load
+  // next.
+  cudaError_t record_use(cudaStream_t stream) { return cudaEventRecord(done_, stream); }
 
   // StageCore::kOk or kFailed after the last load, for kernels enqueued
   // after it on the same stream.

@@ -144,8 +144,13 @@ class DynAdapter final : public DynController {
   std::uint32_t max_in_recovery() const override { return c_.policies().budget.slots(); }
   Combine partial_combine() const override { return C::Policies::NormT::kCombine; }
   std::vector<std::uint8_t> save() const override { return save_state(c_); }
-  std::size_t state_bytes() const override { return writer_.bytes(); }
+  std::size_t state_bytes() const override {
+    return writer_.num_units() == c_.num_units() ? writer_.bytes() : DynController::state_bytes();
+  }
   void save_into(void* out, std::size_t size) const override {
+    // The writer is the constructed controller's: if controller() was
+    // assigned one over another unit count, the generic (allocating) path.
+    if (writer_.num_units() != c_.num_units()) return DynController::save_into(out, size);
     detail::check_save_size(writer_.bytes(), size, name_);
     writer_.write(c_.unit_states().data(), c_.steps_done(), c_.global_state(), static_cast<std::uint8_t*>(out));
   }
@@ -157,7 +162,9 @@ class DynAdapter final : public DynController {
   }
   void reset() override { c_.reset(); }
 
-  // The typed controller, for code that knows what it holds.
+  // The typed controller, for code that knows what it holds. (save_into's
+  // writer is built from its policies at construction: replace it only by a
+  // controller with the same policies.)
   C& controller() { return c_; }
   const C& controller() const { return c_; }
 

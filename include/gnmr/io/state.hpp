@@ -136,7 +136,7 @@ constexpr bool kLittleEndianHost = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
 constexpr bool kLittleEndianHost = true;  // MSVC targets are all little-endian
 #endif
 
-// save_into's size check (DynController, DynDeviceController).
+// save_into's size check (DynController and the layered ones).
 inline void check_save_size(std::size_t need, std::size_t size, const std::string& who) {
   if (size != need)
     throw std::invalid_argument("gnmr: " + who + ": save_into: the buffer has " + std::to_string(size) +

@@ -13,8 +13,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace gnmr {
+class DynController;
+namespace cuda {
+class DynDeviceController;
+}  // namespace cuda
+}  // namespace gnmr
 
 namespace gpu_test {
 
@@ -94,5 +102,11 @@ void test_errors_without_device();  // runs without a GPU
 void test_conformance_device();
 void test_errors();
 void test_state_stage();
+
+// presets::make and cuda::make_device, compiled in test_presets.cu only
+// (each instantiates every preset: about a minute of nvcc per file that
+// calls them).
+std::unique_ptr<gnmr::DynController> make_host(const std::string& name, std::size_t n);
+std::unique_ptr<gnmr::cuda::DynDeviceController> make_dev(const std::string& name, std::size_t n);
 
 }  // namespace gpu_test

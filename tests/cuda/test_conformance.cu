@@ -134,11 +134,11 @@ void test_conformance_device() {
     exercise(c, "DeviceController<>");
   }
   {
-    auto c = gnmr::cuda::make_device("gnmr", 8);
+    auto c = make_dev("gnmr", 8);
     exercise(*c, "make_device(gnmr)");
   }
   {
-    auto c = gnmr::cuda::make_device("stabilizer+gnmr", 8);
+    auto c = make_dev("stabilizer+gnmr", 8);
     exercise(*c, "make_device(stabilizer+gnmr): LayeredDeviceController");
   }
   {

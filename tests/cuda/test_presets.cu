@@ -319,4 +319,11 @@ void test_presets_on_device() {
   EXPECT(no_aux, "a layered device controller must refuse step_with_aux");
 }
 
+std::unique_ptr<gnmr::DynController> make_host(const std::string& name, std::size_t n) {
+  return gnmr::presets::make(name, n);
+}
+std::unique_ptr<gnmr::cuda::DynDeviceController> make_dev(const std::string& name, std::size_t n) {
+  return gnmr::cuda::make_device(name, n);
+}
+
 }  // namespace gpu_test

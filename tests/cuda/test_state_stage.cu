@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/cuda/presets.cuh"
+#include "gnmr/cuda/dyn_controller.cuh"
 #include "gnmr/cuda/state_stage.cuh"
-#include "gnmr/presets/make.hpp"
+#include "gnmr/host/dyn_controller.hpp"
 #include "harness.cuh"
 #include "../support/trace_gen.hpp"
 
@@ -36,8 +36,8 @@ namespace {
   } while (0)
 
 void stage_run(const std::string& name, std::size_t n, int steps) {
-  auto host = gnmr::presets::make(name, n);
-  auto dev = gnmr::cuda::make_device(name, n);
+  auto host = make_host(name, n);
+  auto dev = make_dev(name, n);
   gnmr::cuda::StateStage stage(*dev);
   const std::size_t bytes = stage.blob_bytes();
   EXPECT(bytes == host->state_bytes(), "%s: blob size %zu vs host %zu", name.c_str(), bytes, host->state_bytes());
@@ -80,7 +80,7 @@ void stage_run(const std::string& name, std::size_t n, int steps) {
   EXPECT(stage.fast_loads() == static_cast<std::uint64_t>(steps), "%s: %llu fast loads of %d", name.c_str(),
          static_cast<unsigned long long>(stage.fast_loads()), steps);
   // A restore: step steps/3's blob, then as a host controller loaded from it.
-  restored = gnmr::presets::make(name, n);
+  restored = make_host(name, n);
   restored->load(kept);
   if (!put(kept)) return;
   for (int t = steps / 3 + 1; t <= steps / 3 + 20; ++t) {
@@ -117,8 +117,8 @@ void stage_run(const std::string& name, std::size_t n, int steps) {
 // alternating between two streams; one synchronisation at the end, then
 // every buffer against the host's save() of its step.
 void stage_pipelined(const std::string& name, std::size_t n, int steps) {
-  auto host = gnmr::presets::make(name, n);
-  auto dev = gnmr::cuda::make_device(name, n);
+  auto host = make_host(name, n);
+  auto dev = make_dev(name, n);
   gnmr::cuda::StateStage stage(*dev);
   const std::size_t bytes = stage.blob_bytes();
   cudaStream_t st[2];

@@ -3,20 +3,20 @@
 // the 16x16 weight blocks element by element in double precision, the
 // transposition property the recipe needs, stochastic rounding (its two
 // neighbours, its probability, its mean over many draws, its
-// reproducibility), the Hadamard transform as a 16x16 matrix product in
-// double precision, and the quantized linear layer's three GEMMs under
-// --format nvfp4-recipe against the same operations written out.
+// reproducibility), and the Hadamard transform as a 16x16 matrix product in
+// double precision. No torch here (a fast build); the quantized linear
+// layer's three GEMMs under --format nvfp4-recipe are in test_quant.cpp.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
 
-#include <torch/torch.h>
-
 #include "nvfp4_recipe.hpp"
-#include "qlinear.hpp"
 
+// As in test_quant.cpp (which needs it for c10's CHECK): Catch's macros by
+// their prefixed names.
 #define CATCH_CONFIG_PREFIX_ALL
 #include <catch2/catch.hpp>
 
@@ -207,66 +207,4 @@ CATCH_TEST_CASE("the random Hadamard transform is diag(s) H / 4 and keeps a prod
       }
       CATCH_CHECK(std::fabs(p - q) < 1e-5 * (1.0 + std::fabs(p)));
     }
-}
-
-CATCH_TEST_CASE("the linear layer's three GEMMs under --format nvfp4-recipe", "[demo][nvfp4]") {
-  torch::manual_seed(8);
-  demo::OpState op;
-  op.index = 3;
-  demo::QuantContext qc;
-  qc.cfg.fwd_x = qc.cfg.fwd_w = qc.cfg.bwd = demo::Fmt::kE2M1;
-  qc.cfg.scaling = demo::Scaling::kNvfp4Recipe;
-  qc.cfg.wgrad = true;
-  qc.cfg.check();
-  qc.seed = 21;
-  qc.step = 4;
-  demo::rht_signs(qc.seed, qc.rht);
-  demo::QLinear lin(48, 32, &op, &qc);
-  torch::nn::init::normal_(lin->weight, 0.0, 0.1);
-  const auto x = torch::randn({2, 16, 48}).requires_grad_(true);
-  const auto dy = torch::randn({2, 16, 32});
-  const auto q = [](const torch::Tensor& t, auto fn) {
-    auto c = t.contiguous();
-    auto o = torch::empty_like(c);
-    fn(c.data_ptr<float>(), o.data_ptr<float>(), static_cast<std::size_t>(c.size(0)), static_cast<std::size_t>(c.size(1)));
-    return o;
-  };
-  for (bool promoted : {false, true}) {
-    CATCH_INFO("promoted " << promoted);
-    qc.promoted = {0, 0, 0, static_cast<std::uint8_t>(promoted)};
-    x.mutable_grad() = torch::Tensor();
-    lin->weight.mutable_grad() = torch::Tensor();
-    const auto y = lin->forward(x);
-    y.backward(dy);
-    torch::NoGradGuard ng;
-    const auto x2 = x.detach().reshape({32, 48}).contiguous(), dy2 = dy.reshape({32, 32}).contiguous();
-    const auto w = lin->weight.detach().contiguous();
-    if (promoted) {
-      CATCH_CHECK(torch::equal(x.grad().reshape({32, 48}), dy2.mm(w)));
-      CATCH_CHECK(torch::equal(lin->weight.grad(), dy2.t().mm(x2)));
-      continue;
-    }
-    const auto qx = q(x2, demo::qdq_nvfp4);
-    const auto qw = q(w, demo::qdq_nvfp4_2d);
-    const std::uint64_t k0 = demo::sr_key(21, 4, 3, 0), k1 = demo::sr_key(21, 4, 3, 1);
-    const auto qdy = q(dy2, [k0](const float* a, float* b, std::size_t r, std::size_t c) { demo::qdq_nvfp4_sr(a, b, r, c, k0); });
-    auto dyt = dy2.t().contiguous(), xt = x2.t().contiguous();
-    demo::rht16_rows(dyt.data_ptr<float>(), 32, 32, qc.rht);
-    demo::rht16_rows(xt.data_ptr<float>(), 48, 32, qc.rht);
-    const auto qdyt = q(dyt, [k1](const float* a, float* b, std::size_t r, std::size_t c) { demo::qdq_nvfp4_sr(a, b, r, c, k1); });
-    const auto qxt = q(xt, demo::qdq_nvfp4);
-    CATCH_CHECK(torch::equal(y.detach().reshape({32, 32}), torch::addmm(lin->bias.detach(), qx, qw.t())));
-    CATCH_CHECK(torch::equal(x.grad().reshape({32, 48}), qdy.mm(qw)));
-    CATCH_CHECK(torch::equal(lin->weight.grad(), qdyt.mm(qxt.t())));
-    CATCH_CHECK(!torch::equal(qw, q(w, demo::qdq_nvfp4)));  // 2-D blocks differ from 1-D ones
-    // The quantized weight gradient estimates the exact one.
-    const auto exact = dy2.t().mm(x2);
-    const double rel = (lin->weight.grad() - exact).norm().item<double>() / exact.norm().item<double>();
-    CATCH_CHECK(rel > 0.0);
-    CATCH_CHECK(rel < 0.6);
-  }
-  // A bad configuration is refused by name.
-  demo::QuantConfig bad = qc.cfg;
-  bad.wgrad = false;
-  CATCH_CHECK_THROWS_WITH(bad.check(), Catch::Contains("nvfp4-recipe"));
 }

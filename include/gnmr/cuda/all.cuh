@@ -22,6 +22,7 @@
 #include "gnmr/cuda/layered_fused.cuh"
 #include "gnmr/cuda/memory.cuh"
 #include "gnmr/cuda/presets.cuh"
+#include "gnmr/cuda/state_stage.cuh"
 #include "gnmr/cuda/summary_ring.cuh"
 #include "gnmr/cuda/telemetry.cuh"
 #include "gnmr/cuda/unit_norms.cuh"

@@ -9,9 +9,10 @@
 // direct double-precision reference.
 //
 // Stochastic rounding draws from a counter-based generator: the draw of an
-// element is splitmix64 of (run seed, step, operator, which operand, element
-// index), so a run is reproducible, resumes bit for bit and needs no
-// generator state; two operands, operators or steps never share draws.
+// element is splitmix64 (demo::mix64, promotion.hpp) of (run seed, step,
+// operator, which operand, element index), so a run is reproducible,
+// resumes bit for bit and needs no generator state; two operands,
+// operators or steps never share draws.
 // The same two-level scale rule as qdq_nvfp4 (g = amax / (6 * 448), block
 // scale e4m3(block amax / 6 / g)); NaN and Inf pass through unchanged.
 #pragma once
@@ -21,26 +22,20 @@
 #include <cstdint>
 
 #include "formats.hpp"
+#include "promotion.hpp"
 
 namespace demo {
 
-inline std::uint64_t splitmix64(std::uint64_t z) {
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 // The key of one operand's draws: (seed, step, operator, which).
 inline std::uint64_t sr_key(std::uint64_t seed, std::int64_t step, int op, int which) {
-  std::uint64_t h = splitmix64(seed ^ 0x5352ull);  // "SR"
-  h = splitmix64(h ^ static_cast<std::uint64_t>(step));
-  h = splitmix64(h ^ static_cast<std::uint64_t>(op));
-  return splitmix64(h ^ static_cast<std::uint64_t>(which));
+  std::uint64_t h = mix64(seed ^ 0x5352ull);  // "SR"
+  h = mix64(h ^ static_cast<std::uint64_t>(step));
+  h = mix64(h ^ static_cast<std::uint64_t>(op));
+  return mix64(h ^ static_cast<std::uint64_t>(which));
 }
 // Element i's uniform draw in [0, 1): a multiple of 2^-24.
 inline float sr_uniform(std::uint64_t key, std::uint64_t i) {
-  return static_cast<float>(splitmix64(key ^ (i * 0xD1B54A32D192ED03ull)) >> 40) * (1.0f / 16777216.0f);
+  return static_cast<float>(mix64(key ^ (i * 0xD1B54A32D192ED03ull)) >> 40) * (1.0f / 16777216.0f);
 }
 
 // t rounded stochastically to E2M1 with the draw u: between the grid
@@ -113,8 +108,8 @@ inline void qdq_nvfp4_sr(const float* x, float* y, std::size_t rows, std::size_t
 
 // The transform's 16 signs, fixed for a run.
 inline void rht_signs(std::uint64_t seed, float* signs) {
-  const std::uint64_t h = splitmix64(seed ^ 0x524854ull);  // "RHT"
-  for (int i = 0; i < 16; ++i) signs[i] = (splitmix64(h + static_cast<std::uint64_t>(i)) >> 63) ? -1.0f : 1.0f;
+  const std::uint64_t h = mix64(seed ^ 0x524854ull);  // "RHT"
+  for (int i = 0; i < 16; ++i) signs[i] = (mix64(h + static_cast<std::uint64_t>(i)) >> 63) ? -1.0f : 1.0f;
 }
 
 // Each full 16-element block b of each row becomes b Q, Q = diag(signs) H / 4

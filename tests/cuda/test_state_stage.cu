@@ -83,11 +83,16 @@ void stage_run(const std::string& name, std::size_t n, int steps) {
   restored = make_host(name, n);
   restored->load(kept);
   if (!put(kept)) return;
-  for (int t = steps / 3 + 1; t <= steps / 3 + 20; ++t) {
-    if (!one(t)) return;
-    restored->step(in.data(), n);
-    bad += blob.download() != restored->save();
-  }
+  // Steps [from, to] through the stage against `restored` on the host.
+  const auto follow = [&](int from, int to) -> bool {
+    for (int t = from; t <= to; ++t) {
+      if (!one(t)) return false;
+      restored->step(in.data(), n);
+      bad += blob.download() != restored->save();
+    }
+    return true;
+  };
+  if (!follow(steps / 3 + 1, steps / 3 + 20)) return;
   EXPECT(bad == 0, "%s: %zu differences after a restore", name.c_str(), bad);
   // A corrupted blob: nothing changes, the status says so, the message is load_state's.
   std::vector<std::uint8_t> good = blob.download(), corrupt = good;
@@ -102,11 +107,7 @@ void stage_run(const std::string& name, std::size_t n, int steps) {
   EXPECT(e.find("checksum") != std::string::npos || e.find("corrupted") != std::string::npos,
          "%s: message '%s'", name.c_str(), e.c_str());
   if (!put(good)) return;
-  for (int t = steps / 3 + 21; t <= steps / 3 + 30; ++t) {
-    if (!one(t)) return;
-    restored->step(in.data(), n);
-    bad += blob.download() != restored->save();
-  }
+  if (!follow(steps / 3 + 21, steps / 3 + 30)) return;
   EXPECT(bad == 0, "%s: %zu differences after a refused blob", name.c_str(), bad);
   CK(cudaStreamDestroy(s));
   std::printf("  stage %-22s %zu units, %d steps: blob == host save() every step\n", name.c_str(), n, steps);

@@ -24,7 +24,9 @@
 
 namespace demo {
 
-enum class Table : std::uint8_t { kNone, kRandom, kFixed, kAll };
+// kEnds: the first and last blocks (static-layers); kLate: every operator
+// for the last steps (late-switch); both sized by the model, need no run.
+enum class Table : std::uint8_t { kNone, kRandom, kFixed, kAll, kEnds, kLate };
 
 struct ArmDef {
   std::string name;
@@ -82,6 +84,16 @@ inline const std::vector<ArmDef>& arm_table() {
        "the library's default preset (gnmr::presets::kDefaultPreset)"},
       {"default-random", "stabilizer", {}, P::kTable, Table::kRandom, false, false, "default",
        "the stabilizer with default's promoted operator-steps at random operators and steps"},
+      // Run-time promotion against the NVFP4 recipe's static choices
+      // (docs/record/nvfp4.md, "The demo's arms").
+      {"static-layers", "none", {}, P::kTable, Table::kEnds, false, false, "",
+       "the first and last blocks' operators always in high precision (NVIDIA's NVFP4 rule, scaled)"},
+      {"late-switch", "none", {}, P::kTable, Table::kLate, false, false, "",
+       "every operator in high precision for the last steps, at static-layers' share"},
+      {"noise-floor", "gnmr-noise-floor", {}, P::kController, Table::kNone, false, false, "",
+       "promote the units whose gradient is below noise_c times its rounding noise (nvfp4-recipe only)"},
+      {"noise-floor-random", "none", {}, P::kTable, Table::kRandom, false, false, "noise-floor",
+       "noise-floor's promoted operator-steps at random operators and steps"},
   };
   return t;
 }
@@ -103,6 +115,13 @@ inline bool library_has(const std::string& preset) {
 // "lib": part of a run's cache key, so results from the benchmark's own
 // stand-ins (before the library shipped gnmr-promote/gnmr-clip) are never reused.
 inline const char* controller_source(const std::string& c) { return library_has(c) ? "lib" : "missing"; }
+
+// The arms of the NVFP4 comparison: asked for by name, not in "all" (the
+// noise-floor trigger needs --format nvfp4-recipe's noise).
+inline bool nvfp4_arm(const ArmDef& a) {
+  return a.table == Table::kEnds || a.table == Table::kLate || a.controller == "gnmr-noise-floor" ||
+         a.depends_on == "noise-floor";
+}
 
 // Arms usable with this library build (every arm of the table, since the
 // library has gnmr-promote, gnmr-clip and gnmr-systemic).
@@ -154,6 +173,7 @@ inline std::string options_text(const gnmr::presets::Options& o) {
   if (o.rate) put("rate", *o.rate);
   if (o.floor) put("floor", *o.floor);
   if (o.ceiling) put("ceiling", *o.ceiling);
+  if (o.noise_c) put("noise_c", *o.noise_c);
   return s.str();
 }
 

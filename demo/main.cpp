@@ -40,7 +40,8 @@ Benchmark suite (docs/record/stability.md):
   gnmr-demo --scenario LIST --arms LIST --seeds LIST --out DIR [--jobs N] [settings]
   --scenario LIST   comma-separated, or all: lr-burst, operator-outliers,
                     fp4-gradients, grad-faults; by name only (no events:
-                    false alarms): clean, clean-faults
+                    false alarms): clean, clean-faults; nvfp4-recipe
+                    (NVIDIA's NVFP4 recipe, CPU only: the gap to close)
   --arms LIST       comma-separated, or all (default; without `clip` while
                     the recipe clips, without arms this gnmr build lacks):
                     low, high, gnmr, gnmr-promote, gnmr-clip, gnmr-systemic,
@@ -48,7 +49,9 @@ Benchmark suite (docs/record/stability.md):
                     adagc, spam, skip-step, stabilizer, stabilizer-high,
                     stabilizer+gnmr-promote, stabilizer+gnmr,
                     stabilizer+random, gnmr-calibrated,
-                    stabilizer+gnmr-calibrated, default, default-random
+                    stabilizer+gnmr-calibrated, default, default-random;
+                    by name only (scenario nvfp4-recipe): static-layers,
+                    late-switch, noise-floor, noise-floor-random
   --seeds LIST      e.g. 1,2,3 or 1-5 (default 1). Seeds 1-5 are the
                     development seeds, 6-10 the report's (docs/record/stability.md)
   --jobs N          runs in parallel, one process and one thread each (default 1)
@@ -164,7 +167,7 @@ int suite(std::vector<std::string> scenarios, std::vector<std::string> arms, con
   if (all_arms) {
     arms.clear();
     for (const auto& a : demo::arm_table()) {
-      if (!demo::arm_available(a)) continue;
+      if (!demo::arm_available(a) || demo::nvfp4_arm(a)) continue;
       if (a.name == "clip" && demo::build_config(scenarios[0], "low", seeds[0], ov).recipe_clip > 0) continue;
       arms.push_back(a.name);
     }

@@ -110,16 +110,19 @@ inline Metrics metrics_of(const RunResult& r, int detect_k, bool acts_per_unit) 
   m.control_ms = cms / n;
   m.step_ms = sms / n;
 
+  // Over the operators that can run in low precision: a pinned one (weight
+  // 0, the NVFP4 recipe's head) is neither promoted nor counted.
   double w_all = 0, w_hp = 0;
-  for (double w : r.op_weight) w_all += w;
+  std::size_t n_low = 0;
+  for (double w : r.op_weight) w_all += w, n_low += w > 0 ? 1 : 0;
   for (const auto& mask : r.masks)
     for (std::size_t o = 0; o < mask.size(); ++o)
-      if (mask[o]) {
+      if (mask[o] && r.op_weight[o] > 0) {
         ++m.promoted_op_steps;
         w_hp += r.op_weight[o];
       }
-  if (!r.op_weight.empty() && !r.masks.empty()) {
-    m.hp_share = static_cast<double>(m.promoted_op_steps) / (static_cast<double>(r.masks.size()) * r.op_weight.size());
+  if (n_low > 0 && !r.masks.empty()) {
+    m.hp_share = static_cast<double>(m.promoted_op_steps) / (static_cast<double>(r.masks.size()) * n_low);
     m.hp_flops_share = w_hp / (static_cast<double>(r.masks.size()) * w_all);
   }
 

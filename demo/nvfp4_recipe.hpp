@@ -12,7 +12,9 @@
 // element is splitmix64 (demo::mix64, promotion.hpp) of (run seed, step,
 // operator, which operand, element index), so a run is reproducible,
 // resumes bit for bit and needs no generator state; two operands,
-// operators or steps never share draws.
+// operators or steps never share draws. The rounding also yields each
+// element's variance, from which sr_product_noise gives the expected squared
+// norm of the noise in the weight gradient (the noise-floor trigger's aux).
 // The same two-level scale rule as qdq_nvfp4 (g = amax / (6 * 448), block
 // scale e4m3(block amax / 6 / g)); NaN and Inf pass through unchanged.
 #pragma once
@@ -20,6 +22,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "formats.hpp"
 #include "promotion.hpp"
@@ -38,20 +41,40 @@ inline float sr_uniform(std::uint64_t key, std::uint64_t i) {
   return static_cast<float>(mix64(key ^ (i * 0xD1B54A32D192ED03ull)) >> 40) * (1.0f / 16777216.0f);
 }
 
-// t rounded stochastically to E2M1 with the draw u: between the grid
-// neighbours lo <= |t| < hi it goes up iff u < p = (|t| - lo) / (hi - lo)
-// (exact in fp32: hi - lo is a power of two), so E[q] = t to 2^-24 of a
-// step; |t| >= 6 saturates to 6; NaN and Inf pass through.
-inline float e2m1_round_sr(float t, float u) {
-  if (!std::isfinite(t)) return t;
+// The grid neighbours lo <= a < hi of a = |t| (0 <= a < 6) and the chance
+// p = (a - lo) / (hi - lo) of rounding up (exact in fp32: hi - lo is a
+// power of two).
+inline void e2m1_neighbours(float a, float& lo, float& hi, float& p) {
   static const float grid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float a = std::fabs(t);
-  if (a >= 6.0f) return std::copysign(6.0f, t);
   int k = 0;
   while (k < 6 && grid[k + 1] <= a) ++k;
-  const float lo = grid[k], hi = grid[k + 1];
-  const float p = (a - lo) / (hi - lo);
+  lo = grid[k];
+  hi = grid[k + 1];
+  p = (a - lo) / (hi - lo);
+}
+
+// t rounded stochastically to E2M1 with the draw u: between the grid
+// neighbours lo <= |t| < hi it goes up iff u < p, so E[q] = t to 2^-24 of
+// a step; |t| >= 6 saturates to 6; NaN and Inf pass through.
+inline float e2m1_round_sr(float t, float u) {
+  if (!std::isfinite(t)) return t;
+  const float a = std::fabs(t);
+  if (a >= 6.0f) return std::copysign(6.0f, t);
+  float lo, hi, p;
+  e2m1_neighbours(a, lo, hi, p);
   return std::copysign(u < p ? hi : lo, t);
+}
+
+// The variance of e2m1_round_sr(t, u) over u, in E2M1 units: p (1 - p)
+// (hi - lo)^2 (0 on the grid and when saturated; NaN for NaN or Inf).
+inline float e2m1_sr_variance(float t) {
+  if (!std::isfinite(t)) return NAN;
+  const float a = std::fabs(t);
+  if (a >= 6.0f) return 0.0f;
+  float lo, hi, p;
+  e2m1_neighbours(a, lo, hi, p);
+  const float d = hi - lo;
+  return p * (1.0f - p) * d * d;
 }
 
 namespace detail {
@@ -91,8 +114,12 @@ inline void qdq_nvfp4_2d(const float* x, float* y, std::size_t rows, std::size_t
 }
 
 // NVFP4 with 16-element blocks along each row, stochastic rounding with the
-// draws of `key` (element index r * cols + c).
-inline void qdq_nvfp4_sr(const float* x, float* y, std::size_t rows, std::size_t cols, std::uint64_t key) {
+// draws of `key` (element index r * cols + c). With `var`, also each
+// element's variance over the draws in the dequantized units,
+// e2m1_sr_variance(v / s) * s^2 for block scale s (0 in a zero block): the
+// noise the rounding adds, from the values it computes anyway.
+inline void qdq_nvfp4_sr(const float* x, float* y, std::size_t rows, std::size_t cols, std::uint64_t key,
+                         float* var = nullptr) {
   const float g = detail::nvfp4_tensor_scale(x, rows * cols);
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c0 = 0; c0 < cols; c0 += kNvfp4Block) {
@@ -102,8 +129,25 @@ inline void qdq_nvfp4_sr(const float* x, float* y, std::size_t rows, std::size_t
       for (std::size_t i = 0; i < len; ++i) {
         const float v = x[at + i];
         y[at + i] = !std::isfinite(v) ? v : sc > 0.0f ? e2m1_round_sr(v / sc, sr_uniform(key, at + i)) * sc : 0.0f;
+        if (var) var[at + i] = !std::isfinite(v) ? NAN : sc > 0.0f ? e2m1_sr_variance(v / sc) * sc * sc : 0.0f;
       }
     }
+}
+
+// E||e||^2 of the noise that stochastic rounding of A adds to the product
+// A B^T (A [n, m] rounded with per-element variances `var`, B [k, m] the
+// other operand as used): the draws are independent and zero-mean, so
+// E||e||^2 = sum_t (sum_i var[i, t]) (sum_j B[j, t]^2). Two reductions, no
+// second GEMM; double accumulators in a fixed order (deterministic).
+inline double sr_product_noise(const float* var, std::size_t n, const float* b, std::size_t k, std::size_t m) {
+  std::vector<double> sv(m, 0.0), sb(m, 0.0);  // column sums, accumulated row by row (contiguous reads)
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t t = 0; t < m; ++t) sv[t] += var[i * m + t];
+  for (std::size_t j = 0; j < k; ++j)
+    for (std::size_t t = 0; t < m; ++t) sb[t] += static_cast<double>(b[j * m + t]) * b[j * m + t];
+  double total = 0.0;
+  for (std::size_t t = 0; t < m; ++t) total += sv[t] * sb[t];
+  return total;
 }
 
 // The transform's 16 signs, fixed for a run.

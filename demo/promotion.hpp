@@ -13,7 +13,9 @@
 //               carries kPromote (same steps, same lock length)
 //   table       a precomputed [step][op] mask: random (episodes of
 //               gnmr-promote's run moved to random operators and steps),
-//               fixed-list (a static set, every step), high (every operator)
+//               fixed-list (a static set, every step), high (every operator),
+//               static-layers (the first and last blocks, every step),
+//               late-switch (every operator for the last steps)
 //
 // next_promoted() is a GNMR_HOST_DEVICE function: the CPU trainer calls it,
 // and on --device cuda a one-thread kernel runs the same code on the device
@@ -28,6 +30,7 @@
 #include <cstdint>
 #include <random>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "gnmr/config.hpp"
@@ -96,19 +99,27 @@ inline std::vector<Episode> episodes_of(const std::vector<std::vector<std::uint8
 
 // random: each episode moves to a uniformly drawn operator and start step,
 // redrawn until it overlaps no episode already placed on that operator, so
-// the total of promoted operator-steps is exactly the source's.
+// the total of promoted operator-steps is exactly the source's. `eligible`
+// (empty: every operator) limits the draw to the operators that can run in
+// low precision (not a pinned one); with every operator eligible the draws
+// are those of the original table.
 // Returns [steps + 1][n_ops] (row t = step t's mask; row 0 unused).
 inline std::vector<std::vector<std::uint8_t>> random_table(const std::vector<Episode>& src, int n_ops,
-                                                           int steps, std::uint64_t seed) {
+                                                           int steps, std::uint64_t seed,
+                                                           const std::vector<std::uint8_t>& eligible = {}) {
+  std::vector<int> pool;
+  for (int o = 0; o < n_ops; ++o)
+    if (eligible.empty() || eligible[static_cast<std::size_t>(o)]) pool.push_back(o);
+  if (pool.empty()) throw std::invalid_argument("random_table: no eligible operator");
   std::vector<std::vector<std::uint8_t>> t(static_cast<std::size_t>(steps) + 1,
                                            std::vector<std::uint8_t>(static_cast<std::size_t>(n_ops), 0));
   std::mt19937_64 rng(mix64(seed ^ 0x7261646e6f6dull));
-  std::uniform_int_distribution<int> op(0, n_ops - 1);
+  std::uniform_int_distribution<int> op(0, static_cast<int>(pool.size()) - 1);
   for (const Episode& e : src) {
     std::uniform_int_distribution<int> start(1, steps - e.len + 1);
     for (int tries = 0;; ++tries) {
       if (tries > 100000) throw std::runtime_error("random_table: cannot place the episodes");
-      const int o = op(rng), s = start(rng);
+      const int o = pool[static_cast<std::size_t>(op(rng))], s = start(rng);
       bool clash = false;
       for (int k = s; k < s + e.len && !clash; ++k) clash = t[static_cast<std::size_t>(k)][static_cast<std::size_t>(o)] != 0;
       if (clash) continue;
@@ -119,9 +130,41 @@ inline std::vector<std::vector<std::uint8_t>> random_table(const std::vector<Epi
   return t;
 }
 
-// fixed-list: the operator count whose share of all operators is nearest
-// `share` (at least one), taken from the end of the forward order: the
-// head, then the last layer's operators backwards, then the layer before.
+// static-layers (NVIDIA's NVFP4 recipe, scaled to the model's depth): the
+// operators of the first and the last block ("h0.*", "h<layers-1>.*") in
+// high precision at every step.
+inline std::vector<std::vector<std::uint8_t>> ends_table(const std::vector<std::string>& op_names, int layers,
+                                                         int steps) {
+  std::vector<std::uint8_t> row(op_names.size(), 0);
+  const std::string first = "h0.", last = "h" + std::to_string(layers - 1) + ".";
+  for (std::size_t o = 0; o < op_names.size(); ++o)
+    row[o] = op_names[o].rfind(first, 0) == 0 || op_names[o].rfind(last, 0) == 0;
+  return std::vector<std::vector<std::uint8_t>>(static_cast<std::size_t>(steps) + 1, row);
+}
+
+// The share of the eligible operators that ends_table promotes.
+inline double ends_share(const std::vector<std::string>& op_names, int layers,
+                         const std::vector<std::uint8_t>& eligible) {
+  const auto row = ends_table(op_names, layers, 0)[0];
+  int on = 0, all = 0;
+  for (std::size_t o = 0; o < row.size(); ++o)
+    if (eligible[o]) all += 1, on += row[o];
+  return all ? static_cast<double>(on) / all : 0.0;
+}
+
+// late-switch (the recipe's switch to high precision late in training):
+// every eligible operator in high precision for the last round(share *
+// steps) steps, so that the operator-steps spent equal `share` of all.
+inline std::vector<std::vector<std::uint8_t>> late_table(double share, const std::vector<std::uint8_t>& eligible,
+                                                         int steps) {
+  const int late = static_cast<int>(std::lround(share * steps));
+  std::vector<std::vector<std::uint8_t>> t(static_cast<std::size_t>(steps) + 1,
+                                           std::vector<std::uint8_t>(eligible.size(), 0));
+  for (int s = steps - late + 1; s <= steps; ++s)
+    for (std::size_t o = 0; o < eligible.size(); ++o) t[static_cast<std::size_t>(s)][o] = eligible[o];
+  return t;
+}
+
 inline int fixed_list_count(double share, int n_ops) {
   int best = 1;
   for (int k = 1; k <= n_ops; ++k)

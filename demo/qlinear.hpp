@@ -16,7 +16,10 @@
 // recipe, CPU only: nvfp4_recipe.hpp) the weight is quantized once in 16x16
 // blocks for both the forward and the dgrad, dy is rounded stochastically,
 // and the wgrad's inputs pass through the random Hadamard transform along
-// the tokens first. Each operator keeps three amax histories
+// the tokens first, and with QuantContext::want_noise the layer adds the
+// expected squared norm of the noise that rounding put into dW to
+// OpState::noise (the noise-floor trigger's aux). A pinned operator (the
+// recipe's head) is never quantized. Each operator keeps three amax histories
 // (x, W, dy). A promoted operator runs all three GEMMs unquantized and still
 // feeds its histories, so its scales are fresh when it drops back.
 //
@@ -46,6 +49,8 @@ struct OpState {
   std::int64_t in = 0, out = 0;
   AmaxHistory hx, hw, hdy;
   torch::Tensor gain;  // [in], defined while an outlier event is active
+  bool pinned = false;  // never quantized (the NVFP4 recipe's head): a plain linear
+  double noise = 0.0;   // this step's E||e||^2 in dW from stochastic rounding (QuantContext::want_noise)
 };
 
 // Shared by every QLinear of a model.
@@ -57,6 +62,7 @@ struct QuantContext {
   std::uint64_t seed = 0;
   std::int64_t step = 0;
   float rht[16] = {};
+  bool want_noise = false;  // nvfp4-recipe: add each weight gradient's rounding noise to OpState::noise
   std::vector<std::uint8_t> promoted;  // CPU: per operator, this step
   torch::Tensor promoted_dev;           // CUDA: bool [ops], written on the device
 
@@ -89,7 +95,7 @@ inline torch::Tensor recipe_weight(const torch::Tensor& w, const Promoted& pro) 
 // sr(rht(dy^T) along M) rne(rht(x^T) along M)^T. A promoted operator: both
 // unquantized.
 inline std::pair<torch::Tensor, torch::Tensor> recipe_backward(const torch::Tensor& x2, const torch::Tensor& qw,
-                                                               const torch::Tensor& dy2, const OpState* op,
+                                                               const torch::Tensor& dy2, OpState* op,
                                                                const QuantContext* qc, const Promoted& pro) {
   if (pro.host) return {dy2.mm(qw), dy2.t().mm(x2)};
   const auto dyc = cpu_contig(dy2);
@@ -103,8 +109,15 @@ inline std::pair<torch::Tensor, torch::Tensor> recipe_backward(const torch::Tens
   rht16_rows(dyt.data_ptr<float>(), N, M, qc->rht);
   rht16_rows(xt.data_ptr<float>(), K, M, qc->rht);
   auto qdyt = torch::empty_like(dyt), qxt = torch::empty_like(xt);
-  qdq_nvfp4_sr(dyt.data_ptr<float>(), qdyt.data_ptr<float>(), N, M, sr_key(qc->seed, qc->step, op->index, 1));
+  torch::Tensor var;
+  if (qc->want_noise) var = torch::empty_like(dyt);
+  qdq_nvfp4_sr(dyt.data_ptr<float>(), qdyt.data_ptr<float>(), N, M, sr_key(qc->seed, qc->step, op->index, 1),
+               qc->want_noise ? var.data_ptr<float>() : nullptr);
   qdq_nvfp4(xt.data_ptr<float>(), qxt.data_ptr<float>(), K, M);
+  // The noise of dW = q(dy^T) q(x^T)^T: only dy^T is rounded stochastically
+  // (x^T rounds to nearest: a bias, not noise), so its variances times the
+  // squares of q(x^T), per token (nvfp4_recipe.hpp, sr_product_noise).
+  if (qc->want_noise) op->noise += sr_product_noise(var.data_ptr<float>(), N, qxt.data_ptr<float>(), K, M);
   return {dx, qdyt.mm(qxt.t())};
 }
 
@@ -178,7 +191,7 @@ struct QLinearImpl : torch::nn::Module {
   }
   torch::Tensor forward(torch::Tensor x) {
     if (op_->gain.defined()) x = x + (x * (op_->gain - 1.0)).detach();
-    if (!qc_->enabled || !qc_->cfg.any()) return torch::addmm(bias, x.reshape({-1, op_->in}), weight.t())
+    if (!qc_->enabled || !qc_->cfg.any() || op_->pinned) return torch::addmm(bias, x.reshape({-1, op_->in}), weight.t())
                                                .view(out_shape(x));
     return QLinearFn::apply(x, weight, bias, op_, qc_);
   }

@@ -54,6 +54,7 @@ struct QuantConfig {
   Scaling scaling = Scaling::kCurrent;
   bool wgrad = false;
   int history = 16;  // amax history length (delayed scaling)
+  bool head_high = false;  // the output head never quantized (the NVFP4 recipe keeps it in BF16)
 
   bool any() const { return fwd_x != Fmt::kNone || fwd_w != Fmt::kNone || bwd != Fmt::kNone; }
   void check() const {

@@ -73,6 +73,13 @@ inline void write_result(const std::string& dir, const RunConfig& c, const RunRe
   f << "\nconfig=" << one_line(canonical(c)) << "\n";
   if (!f) throw std::runtime_error("cannot write " + dir + "/result.txt");
 
+  if (!r.snr.empty()) {  // an aux arm's n / a samples: what chooses noise_c on development seeds
+    std::ofstream q(dir + "/snr.csv");
+    q << "n_over_a\n";
+    q.precision(9);
+    for (float v : r.snr) q << v << '\n';
+    if (!q) throw std::runtime_error("cannot write " + dir + "/snr.csv");
+  }
   std::ofstream s(dir + "/steps.csv");
   s << "step,lr,train_loss,val_loss,n_triggered,n_granted,n_in_recovery,n_denied,n_nonfinite,skip_step,"
        "n_skipped_units,n_reset_units,hp_ops,total_norm,recipe_clip_factor,fault_unit,fault,outlier_op,"

@@ -88,6 +88,23 @@ inline const std::vector<Scenario>& scenario_table() {
          c.quant.wgrad = true;
        },
        false},
+      // Run-time promotion against the recipe's static choices
+      // (docs/record/nvfp4.md, "The demo's arms"): NVIDIA's NVFP4 training
+      // recipe on every block's linear layers, the head kept in high
+      // precision as the recipe keeps it; no injected event, so low
+      // precision's whole cost is the gap to close. Six blocks, as the
+      // Python protocol, so that static-layers' share is 1/3. Sized on
+      // development seeds with low and high only (the record's calibration).
+      {"nvfp4-recipe", "NVIDIA's NVFP4 training recipe on every block's linears, head in high precision: the gap",
+       [](RunConfig& c) {
+         bench_base(c);
+         c.model.layers = 6;
+         c.quant.fwd_x = c.quant.fwd_w = c.quant.bwd = Fmt::kE2M1;
+         c.quant.scaling = Scaling::kNvfp4Recipe;
+         c.quant.wgrad = true;
+         c.quant.head_high = true;
+       },
+       false},
   };
   return t;
 }

@@ -77,7 +77,8 @@ inline std::string canonical(const RunConfig& c) {
                  ",format=" + (c.eval_train_format ? "train" : "high"));
   kv("quant", std::string("fwd_x=") + fmt_name(c.quant.fwd_x) + ",fwd_w=" + fmt_name(c.quant.fwd_w) +
                   ",bwd=" + fmt_name(c.quant.bwd) + ",scaling=" + scaling_name(c.quant.scaling) +
-                  ",wgrad=" + std::to_string(c.quant.wgrad) + ",history=" + std::to_string(c.quant.history));
+                  ",wgrad=" + std::to_string(c.quant.wgrad) + ",history=" + std::to_string(c.quant.history) +
+                  (c.quant.head_high ? ",head=high" : ""));  // only when set: older keys unchanged
   kv("faults", "rate=" + d(c.fault_rate) + ",kind=" + fault_kind_name(c.fault_kind) +
                    ",factor=" + d(c.fault_factor));
   const OutlierConfig& o = c.outliers;
@@ -163,6 +164,7 @@ inline void parse_gnmr_set(gnmr::presets::Options& o, const std::string& text) {
     else if (k == "rate") o.rate = static_cast<float>(to_double(f, v));
     else if (k == "floor") o.floor = static_cast<float>(to_double(f, v));
     else if (k == "ceiling") o.ceiling = static_cast<float>(to_double(f, v));
+    else if (k == "noise_c") o.noise_c = static_cast<float>(to_double(f, v));
     else throw std::invalid_argument("--gnmr-set: unknown key '" + k + "'");
   }
 }
@@ -202,6 +204,8 @@ inline const std::vector<Setting>& settings() {
          c.quant.fwd_x = c.quant.fwd_w = c.quant.bwd = Fmt::kE2M1;
          c.quant.scaling = Scaling::kNvfp4Recipe;
          c.quant.wgrad = true; }},
+      {"--head-high", "1: the output head never quantized (as the NVFP4 recipe keeps it)",
+       [](R& c, S v) { c.quant.head_high = to_long("--head-high", v, 0, 1) != 0; }},
       {"--wgrad-quant", "1: quantize the weight-gradient GEMM's inputs too", [](R& c, S v) { c.quant.wgrad = to_long("--wgrad-quant", v, 0, 1) != 0; }},
       {"--amax-history", "delayed scaling's amax history length", [](R& c, S v) { c.quant.history = static_cast<int>(to_long("--amax-history", v, 1, 1024)); }},
       {"--fault-rate", "probability per step of a gradient fault in one random unit", [](R& c, S v) { c.fault_rate = to_double("--fault-rate", v); }},
@@ -222,7 +226,7 @@ inline const std::vector<Setting>& settings() {
       {"--detect-k", "detection window in steps after an event's start", [](R& c, S v) { c.detect_k = static_cast<int>(to_long("--detect-k", v, 0, 1000)); }},
       {"--max-o", "gnmr controllers: units in recovery at once", [](R& c, S v) { c.arm.overrides.max_o = to_long("--max-o", v, 1, 1000000); }},
       {"--gnmr-warmup", "gnmr controllers: samples before a verdict", [](R& c, S v) { c.arm.overrides.warmup = to_long("--gnmr-warmup", v, 0, 1000000); }},
-      {"--gnmr-set", "gnmr controllers: overrides k=v[,k=v] (tau, delta, lock, kappa, max_o, systemic_action, systemic_share, deny_kappa, ...)",
+      {"--gnmr-set", "gnmr controllers: overrides k=v[,k=v] (tau, delta, lock, kappa, max_o, systemic_action, systemic_share, deny_kappa, noise_c, ...)",
        [](R& c, S v) { parse_gnmr_set(c.arm.overrides, v); }},
       {"--data", "a text file, or a directory of text files", [](R& c, S v) { c.data = v; }},
       {"--device", "cpu | cuda", [](R& c, S v) {
@@ -274,6 +278,7 @@ inline void merge_arm(RunConfig& c, const ArmDef& a) {
   if (given.rate) o.rate = given.rate;
   if (given.floor) o.floor = given.floor;
   if (given.ceiling) o.ceiling = given.ceiling;
+  if (given.noise_c) o.noise_c = given.noise_c;
 }
 
 }  // namespace demo

@@ -66,6 +66,7 @@ struct RunResult {
   std::vector<TruthEvent> truth;
   std::vector<std::vector<float>> norms, ratios;          // [step][controller unit], if kept
   std::vector<std::vector<std::uint32_t>> granted_units;  // [step], if kept
+  std::vector<float> snr;  // an aux arm: n / a of each judged operator unit-step (noise_c's choice)
   std::size_t controller_units = 0;
   std::uint32_t max_in_recovery_limit = 0xffffffffu;
   double initial_loss = NAN, final_train = NAN, final_val = NAN;
@@ -106,6 +107,9 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
   Gpt model(mc, ops, &qc);
   model->to(dev);
   const int n_ops = static_cast<int>(ops.ops.size());
+  std::vector<std::uint8_t> eligible(static_cast<std::size_t>(n_ops), 1);  // can run in low precision
+  for (auto& o : ops.ops)
+    if (rc.quant.head_high && o.name == "head") o.pinned = true, eligible[static_cast<std::size_t>(o.index)] = 0;
   std::vector<torch::Tensor> params;
   std::vector<std::string> tnames;
   std::vector<bool> decay;
@@ -121,7 +125,7 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
   std::vector<std::int64_t> op_in;
   for (auto& o : ops.ops) {
     R.op_names.push_back(o.name);
-    R.op_weight.push_back(static_cast<double>(o.in * o.out));
+    R.op_weight.push_back(o.pinned ? 0.0 : static_cast<double>(o.in * o.out));  // a pinned op is no share
     op_in.push_back(o.in);
     o.hx.init(rc.quant.history, dev);
     o.hw.init(rc.quant.history, dev);
@@ -133,10 +137,20 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
   const bool global = gnmr::presets::is_global(rc.arm.controller);
   const float clip = rc.arm.replaces_recipe_clip ? 0.0f : static_cast<float>(rc.recipe_clip);
   std::vector<std::vector<std::uint8_t>> table;
-  if (rc.arm.table == Table::kRandom) table = random_table(in.episodes, n_ops, rc.steps, rc.seed);
+  if (rc.arm.table == Table::kRandom) table = random_table(in.episodes, n_ops, rc.steps, rc.seed, eligible);
+  if (rc.arm.table == Table::kEnds) table = ends_table(R.op_names, mc.layers, rc.steps);
+  if (rc.arm.table == Table::kLate) table = late_table(ends_share(R.op_names, mc.layers, eligible), eligible, rc.steps);
   if (rc.arm.table == Table::kFixed) table = fixed_table(fixed_list_count(in.hp_share, n_ops), n_ops, rc.steps);
   if (rc.arm.table == Table::kAll) table = fixed_table(n_ops, n_ops, rc.steps);
   const bool on_cpu = dev.is_cpu();
+  // The noise-floor trigger compares each weight gradient with the noise its
+  // stochastic rounding added, which only the recipe's CPU layer measures.
+  if (make_controller(rc.arm.controller, 1, rc.arm.overrides)->needs_aux()) {
+    if (qc.cfg.scaling != Scaling::kNvfp4Recipe || !qc.cfg.any() || !on_cpu)
+      throw std::invalid_argument("arm " + rc.arm.name + " needs --format nvfp4-recipe on the CPU (its stochastic "
+                                  "rounding gives the noise the trigger compares with)");
+    qc.want_noise = true;
+  }
   std::unique_ptr<gnmr::DynController> ctrl;
   std::unique_ptr<CudaBackend> gpu;
   if (on_cpu) {
@@ -183,12 +197,18 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
   vs.first = vs.first.to(dev);
   vs.second = vs.second.to(dev);
 
-  std::vector<float> partials(nu);
+  std::vector<float> partials(nu), aux(nu, 0.0f);
+  const std::uint32_t aux_warmup = rc.arm.overrides.warmup ? *rc.arm.overrides.warmup : 10u;  // the trigger's
   std::vector<gnmr::Segment> segs(nt);
   std::vector<gnmr::UnitDecision> raw(nu), fin(nu);
   std::vector<std::int32_t> redirect(nu, -1);
   std::vector<std::uint8_t> mask(static_cast<std::size_t>(n_ops), 0);
   if (!table.empty()) mask = table[1];
+  const auto unpin = [&](std::vector<std::uint8_t>& m) {  // a pinned operator is never "promoted"
+    for (int o = 0; o < n_ops; ++o)
+      if (!eligible[static_cast<std::size_t>(o)]) m[static_cast<std::size_t>(o)] = 0;
+  };
+  unpin(mask);
 
   for (int step = 1; step <= rc.steps; ++step) {
     const auto t0 = clk::now();
@@ -201,6 +221,7 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
     }
     qc.promoted = mask;  // CPU; on CUDA the device holds the same mask (promotion.hpp)
     qc.step = step;      // the stochastic rounding's draws (nvfp4-recipe)
+    for (auto& o : ops.ops) o.noise = 0.0;
     R.masks.push_back(mask);
     auto batch = sample_batch(data.train, rc.batch, mc.ctx, batch_rng);
     model->zero_grad(/*set_to_none=*/false);
@@ -237,7 +258,17 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
       }
       gnmr::host_unit_partials(segs.data(), nt, partials.data(), nu);
       const float total = global_partial(partials.data(), static_cast<std::uint32_t>(nu));
-      sum = global ? &ctrl->step(&total, 1) : &ctrl->step(partials.data(), nu);
+      if (ctrl->needs_aux()) {
+        for (std::size_t u = 0; u < nu; ++u) {
+          const int op = um.op_of_unit[u];
+          aux[u] = op >= 0 ? static_cast<float>(ops.ops[static_cast<std::size_t>(op)].noise) : 0.0f;
+          if (aux[u] > 0.0f && static_cast<std::uint32_t>(step) > aux_warmup)
+            R.snr.push_back(std::sqrt(partials[u]) / std::sqrt(aux[u]));
+        }
+        sum = &ctrl->step_with_aux(partials.data(), aux.data(), nu);
+      } else {
+        sum = global ? &ctrl->step(&total, 1) : &ctrl->step(partials.data(), nu);
+      }
       row.control_ms = ms(clk::now() - c0);
       expand_decisions(ctrl->decisions().data(), global, static_cast<std::uint32_t>(nu), raw.data());
       row.clip_factor = recipe_clip(raw.data(), partials.data(), static_cast<std::uint32_t>(nu), clip, fin.data(),
@@ -262,6 +293,7 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
                   static_cast<std::uint32_t>(n_ops), step, rc.seed, redirect.data(),
                   table.empty() ? nullptr : table[static_cast<std::size_t>(std::min(step + 1, rc.steps))].data(),
                   mask.data());
+    unpin(mask);
     if (sum->in_recovery > R.max_in_recovery_limit)
       throw std::logic_error("gnmr-demo: " + R.label + " has " + std::to_string(sum->in_recovery) +
                              " units in recovery, above its maxO of " + std::to_string(R.max_in_recovery_limit));

@@ -162,6 +162,16 @@ CATCH_TEST_CASE("metrics of a hand-made run", "[demo][bench]") {
   CATCH_CHECK(std::isnan(demo::metrics_of(toy_run(), 3, false).detect_recall));
 }
 
+CATCH_TEST_CASE("a pinned operator (weight 0) is neither promoted nor counted", "[demo][bench]") {
+  demo::RunResult r;
+  r.op_weight = {2.0, 2.0, 0.0};  // the third: the recipe's head, never quantized
+  r.masks = {{1, 0, 1}, {0, 0, 1}, {1, 1, 1}, {0, 0, 1}};
+  const demo::Metrics m = demo::metrics_of(r, 3, false);
+  CATCH_CHECK(m.promoted_op_steps == 3);
+  CATCH_CHECK(m.hp_share == 3.0 / (4.0 * 2.0));
+  CATCH_CHECK(m.hp_flops_share == 6.0 / (4.0 * 4.0));
+}
+
 CATCH_TEST_CASE("outlier schedule", "[demo][bench]") {
   demo::OutlierConfig c;
   c.per_100 = 4;
@@ -213,7 +223,7 @@ CATCH_TEST_CASE("operator units and the cache key", "[demo][bench]") {
       {"--fault-kind", "nan"},  {"--fault-factor", "10"},  {"--outlier-rate", "3"},    {"--outlier-factor", "100"},
       {"--outlier-len", "2"},   {"--outlier-first", "40"}, {"--outlier-channels", "2"}, {"--eval-format", "train"},
       {"--detect-k", "2"},      {"--max-o", "8"},          {"--gnmr-warmup", "5"},     {"--gnmr-set", "tau=2.5"},
-      {"--data", "/tmp/x"},     {"--device", "cuda"},      {"--format", "nvfp4-recipe"}};
+      {"--data", "/tmp/x"},     {"--device", "cuda"},      {"--format", "nvfp4-recipe"}, {"--head-high", "1"}};
   for (const auto& [flag, value] : changes) {
     CATCH_INFO(flag << " " << value);
     CATCH_CHECK(keys.insert(demo::run_key(demo::build_config("operator-outliers", "gnmr-promote", 1, {{flag, value}})))
@@ -235,6 +245,50 @@ CATCH_TEST_CASE("operator units and the cache key", "[demo][bench]") {
   CATCH_CHECK(demo::run_key(demo::build_config("operator-outliers", "default", 1, {{"--gnmr-set", "rate=0.01"}})) !=
               demo::run_key(dflt));
   CATCH_CHECK(keys.insert(demo::run_key(demo::build_config("clean", "default", 1, none))).second);
+  // The noise-floor trigger's constant is part of its key (and only of its).
+  const auto nf = demo::build_config("nvfp4-recipe", "noise-floor", 1, none);
+  CATCH_CHECK(demo::run_key(demo::build_config("nvfp4-recipe", "noise-floor", 1, {{"--gnmr-set", "noise_c=8"}})) !=
+              demo::run_key(nf));
+  CATCH_CHECK(demo::run_key(demo::build_config("nvfp4-recipe", "low", 1, {{"--gnmr-set", "noise_c=8"}})) ==
+              demo::run_key(demo::build_config("nvfp4-recipe", "low", 1, none)));
+  CATCH_CHECK(nf.quant.head_high);
+  CATCH_CHECK(nf.model.layers == 6);
   CATCH_CHECK_THROWS_AS(demo::build_config("no-such", "low", 1, none), std::invalid_argument);
   CATCH_CHECK_THROWS_AS(demo::build_config("lr-burst", "no-such", 1, none), std::invalid_argument);
+}
+
+CATCH_TEST_CASE("the NVFP4 comparison's tables: static layers, the late switch, random among eligible", "[demo][bench]") {
+  const std::vector<std::string> ops = {"h0.qkv", "h0.down", "h1.qkv", "h1.down", "h2.qkv", "h2.down", "head"};
+  const auto e = demo::ends_table(ops, 3, 4);
+  CATCH_REQUIRE(e.size() == 5);
+  for (std::size_t s = 1; s < e.size(); ++s) CATCH_CHECK(e[s] == std::vector<std::uint8_t>{1, 1, 0, 0, 1, 1, 0});
+  // "h1." must not match "h10.": a twelve-block model's ends are h0 and h11.
+  const auto e12 = demo::ends_table({"h0.up", "h1.up", "h10.up", "h11.up"}, 12, 1);
+  CATCH_CHECK(e12[1] == std::vector<std::uint8_t>{1, 0, 0, 1});
+  const std::vector<std::uint8_t> eligible = {1, 1, 1, 1, 1, 1, 0};  // the head pinned
+  CATCH_CHECK(demo::ends_share(ops, 3, eligible) == Approx(4.0 / 6.0));
+  // The late switch: every eligible operator for the last round(share * steps) steps.
+  const auto l = demo::late_table(1.0 / 3.0, eligible, 10);
+  CATCH_REQUIRE(l.size() == 11);
+  int on = 0;
+  for (int s = 1; s <= 10; ++s) {
+    const bool late = s >= 8;  // round(10 / 3) = 3: steps 8, 9, 10
+    CATCH_CHECK(l[static_cast<std::size_t>(s)] == (late ? eligible : std::vector<std::uint8_t>(7, 0)));
+    for (auto v : l[static_cast<std::size_t>(s)]) on += v;
+  }
+  CATCH_CHECK(on == 18);  // 3 steps x 6 eligible operators
+  // random over the eligible operators only; with all eligible, the draws
+  // of the original table.
+  const std::vector<demo::Episode> ev = {{0, 1, 3}, {2, 4, 2}, {5, 2, 4}, {1, 6, 1}};
+  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+    const auto t = demo::random_table(ev, 7, 12, seed, eligible);
+    int total = 0;
+    for (std::size_t s = 1; s < t.size(); ++s) {
+      CATCH_CHECK(t[s][6] == 0);
+      for (auto v : t[s]) total += v;
+    }
+    CATCH_CHECK(total == 10);
+    CATCH_CHECK(demo::random_table(ev, 7, 12, seed, std::vector<std::uint8_t>(7, 1)) == demo::random_table(ev, 7, 12, seed));
+  }
+  CATCH_CHECK_THROWS_AS(demo::random_table(ev, 7, 12, 1, std::vector<std::uint8_t>(7, 0)), std::invalid_argument);
 }

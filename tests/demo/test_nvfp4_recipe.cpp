@@ -208,3 +208,87 @@ CATCH_TEST_CASE("the random Hadamard transform is diag(s) H / 4 and keeps a prod
       CATCH_CHECK(std::fabs(p - q) < 1e-5 * (1.0 + std::fabs(p)));
     }
 }
+
+CATCH_TEST_CASE("stochastic rounding's variance is that of its draws", "[demo][nvfp4]") {
+  // Hand cases: p (1 - p) (hi - lo)^2.
+  CATCH_CHECK(demo::e2m1_sr_variance(2.25f) == 0.1875f);  // 2..3, p = 1/4
+  CATCH_CHECK(demo::e2m1_sr_variance(-0.25f) == 0.0625f); // 0..0.5, p = 1/2
+  CATCH_CHECK(demo::e2m1_sr_variance(5.0f) == 1.0f);      // 4..6, p = 1/2
+  CATCH_CHECK(demo::e2m1_sr_variance(4.0f) == 0.0f);      // on the grid
+  CATCH_CHECK(demo::e2m1_sr_variance(7.0f) == 0.0f);      // saturated: deterministic
+  CATCH_CHECK(std::isnan(demo::e2m1_sr_variance(NAN)));
+  CATCH_CHECK(std::isnan(demo::e2m1_sr_variance(INFINITY)));
+  // Against the rounding itself: the exact second moment over every draw u
+  // (a multiple of 2^-24, up iff u < p), in double precision.
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<float> ud(-6.5f, 6.5f);
+  for (int i = 0; i < 2000; ++i) {
+    const float t = ud(rng);
+    const float a = std::fabs(t);
+    int k = 0;
+    while (k < 6 && kE2M1[k + 1] <= a) ++k;
+    double want = 0.0;
+    if (a < 6) {
+      const double up = std::ceil(static_cast<double>((a - static_cast<float>(kE2M1[k])) /
+                                                      static_cast<float>(kE2M1[k + 1] - kE2M1[k])) * 16777216.0) /
+                        16777216.0;  // the share of draws that round up
+      const double lo = demo::e2m1_round_sr(t, 0.999999f), hi = demo::e2m1_round_sr(t, 0.0f);
+      const double mean = up * hi + (1 - up) * lo;
+      want = up * (hi - mean) * (hi - mean) + (1 - up) * (lo - mean) * (lo - mean);
+    }
+    CATCH_CHECK(std::fabs(demo::e2m1_sr_variance(t) - want) <= 1e-6 * (1.0 + want));
+  }
+}
+
+CATCH_TEST_CASE("the rounding's per-element variance, and the noise it puts into a product", "[demo][nvfp4]") {
+  // Block scales far from 1 both ways, so that a scale's power is checked.
+  for (const float scale : {1e-3f, 40.0f}) {
+    CATCH_INFO("scale " << scale);
+    const std::size_t n = 6, k = 5, m = 48;  // A [n, m] rounded stochastically, B [k, m]
+    std::vector<float> a = randn(n * m, 11), b = randn(k * m, 12);
+    for (float& v : a) v *= scale;
+    a[7] = 0.0f;
+    std::vector<float> ya(a.size()), yb(a.size()), var(a.size(), -1.0f);
+    const std::uint64_t key = demo::sr_key(2, 3, 4, 1);
+    demo::qdq_nvfp4_sr(a.data(), ya.data(), n, m, key);
+    demo::qdq_nvfp4_sr(a.data(), yb.data(), n, m, key, var.data());
+    CATCH_CHECK(ya == yb);  // asking for the variance changes no bit
+    for (float v : var) CATCH_CHECK(v >= 0.0f);
+    // sr_product_noise against the direct sum over every element of A B^T.
+    double direct = 0.0;
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < k; ++j)
+        for (std::size_t t = 0; t < m; ++t) direct += static_cast<double>(var[i * m + t]) * b[j * m + t] * b[j * m + t];
+    const double est = demo::sr_product_noise(var.data(), n, b.data(), k, m);
+    CATCH_CHECK(est > 0.0);
+    CATCH_CHECK(std::fabs(est - direct) <= 1e-12 * direct);
+    // Against the spread of the rounded product over independent draws, about
+    // its own mean (a saturated element would bias the mean, not the spread):
+    // within 8% over 2,000 draws.
+    const int draws = 2000;
+    std::vector<double> prod(static_cast<std::size_t>(draws) * n * k, 0.0), mean(n * k, 0.0);
+    for (int d = 0; d < draws; ++d) {
+      demo::qdq_nvfp4_sr(a.data(), ya.data(), n, m, demo::sr_key(9, d, 0, 1));
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = 0; j < k; ++j) {
+          double p = 0.0;
+          for (std::size_t t = 0; t < m; ++t) p += static_cast<double>(ya[i * m + t]) * b[j * m + t];
+          prod[(static_cast<std::size_t>(d) * n + i) * k + j] = p;
+          mean[i * k + j] += p / draws;
+        }
+    }
+    double mc = 0.0;
+    for (int d = 0; d < draws; ++d)
+      for (std::size_t e = 0; e < n * k; ++e) {
+        const double dv = prod[static_cast<std::size_t>(d) * n * k + e] - mean[e];
+        mc += dv * dv / (draws - 1);
+      }
+    CATCH_INFO("estimate " << est << ", measured " << mc);
+    CATCH_CHECK(std::fabs(mc - est) < 0.08 * est);
+    // A NaN element: its variance is NaN (no estimate), the others unchanged.
+    a[3] = NAN;
+    demo::qdq_nvfp4_sr(a.data(), ya.data(), n, m, key, var.data());
+    CATCH_CHECK(std::isnan(var[3]));
+    CATCH_CHECK(std::isnan(demo::sr_product_noise(var.data(), n, b.data(), k, m)));
+  }
+}

@@ -289,9 +289,11 @@ CATCH_TEST_CASE("the linear layer's three GEMMs under --format nvfp4-recipe", "[
     fn(c.data_ptr<float>(), o.data_ptr<float>(), static_cast<std::size_t>(c.size(0)), static_cast<std::size_t>(c.size(1)));
     return o;
   };
+  qc.want_noise = true;  // the noise-floor trigger's aux: E||e||^2 of dW
   for (bool promoted : {false, true}) {
     CATCH_INFO("promoted " << promoted);
     qc.promoted = {0, 0, 0, static_cast<std::uint8_t>(promoted)};
+    op.noise = 0.0;
     x.mutable_grad() = torch::Tensor();
     lin->weight.mutable_grad() = torch::Tensor();
     const auto y = lin->forward(x);
@@ -302,6 +304,7 @@ CATCH_TEST_CASE("the linear layer's three GEMMs under --format nvfp4-recipe", "[
     if (promoted) {
       CATCH_CHECK(torch::equal(x.grad().reshape({32, 48}), dy2.mm(w)));
       CATCH_CHECK(torch::equal(lin->weight.grad(), dy2.t().mm(x2)));
+      CATCH_CHECK(op.noise == 0.0);  // nothing rounded stochastically
       continue;
     }
     const auto qx = q(x2, demo::qdq_nvfp4);
@@ -316,6 +319,18 @@ CATCH_TEST_CASE("the linear layer's three GEMMs under --format nvfp4-recipe", "[
     CATCH_CHECK(torch::equal(y.detach().reshape({32, 32}), torch::addmm(lin->bias.detach(), qx, qw.t())));
     CATCH_CHECK(torch::equal(x.grad().reshape({32, 48}), qdy.mm(qw)));
     CATCH_CHECK(torch::equal(lin->weight.grad(), qdyt.mm(qxt.t())));
+    // The noise: the variances of dy^T's rounding (the same draws) against
+    // q(x^T)'s squares, summed directly in double precision.
+    auto var = torch::empty_like(dyt), again = torch::empty_like(dyt);
+    demo::qdq_nvfp4_sr(dyt.data_ptr<float>(), again.data_ptr<float>(), 32, 32, k1, var.data_ptr<float>());
+    CATCH_CHECK(torch::equal(again, qdyt));
+    double noise = 0.0;
+    const float *v = var.data_ptr<float>(), *bx = qxt.data_ptr<float>();
+    for (int n = 0; n < 32; ++n)
+      for (int kk = 0; kk < 48; ++kk)
+        for (int t = 0; t < 32; ++t) noise += static_cast<double>(v[n * 32 + t]) * bx[kk * 32 + t] * bx[kk * 32 + t];
+    CATCH_CHECK(noise > 0.0);
+    CATCH_CHECK(std::fabs(op.noise - noise) <= 1e-9 * noise);
     CATCH_CHECK(!torch::equal(qw, q(w, demo::qdq_nvfp4)));  // 2-D blocks differ from 1-D ones
     // The quantized weight gradient estimates the exact one.
     const auto exact = dy2.t().mm(x2);

@@ -151,9 +151,6 @@ class Controller:
         if self._sharded is not None:
             raise ValueError(f"gnmr: the sharded (DTensor) units moved from {self._device} to {device}: "
                              f"build the gnmr.Controller after the model is placed")
-        if self._trace_open is not None and self._trace_open[1] and device.type != "cpu":
-            raise ValueError(f"gnmr: the units moved to {device}, but this controller writes an aux trace, "
-                             f"which a controller on the CPU only writes: call trace(None) first")
         blob = bytes(self._core.save())
         last_trace = int(self._core.last_trace_step) if self._trace_open is not None else 0
         new_device, core = self._make_core(device)
@@ -167,7 +164,7 @@ class Controller:
             core.open_events(self._events_open[0], self._events_open[1], append=True)
         if self._trace_open is not None:
             path, aux = self._trace_open
-            if aux:  # a CPU core (checked above)
+            if aux:
                 core.open_trace(path, append=True, last_step=last_trace, aux=aux)
             else:
                 core.open_trace(path, append=True, last_step=last_trace)
@@ -484,7 +481,9 @@ class Controller:
         ``aux``: a second trace, of each unit's finished aux norm a step
         (for ``gnmr-noise-floor``, the quantization noise's norm), that
         ``gnmr-replay TRACE --aux AUX`` replays beside the norms; only for a
-        controller that reads aux (:attr:`needs_aux`), on the CPU."""
+        controller that reads aux (:attr:`needs_aux`). On CUDA its rows are
+        the device controller's own finished aux norms, written a step late
+        with the trace's (the same bits a CPU run writes)."""
         if path is None:
             if aux is not None:
                 raise ValueError("gnmr: trace(None) closes both traces: give no aux")
@@ -496,9 +495,6 @@ class Controller:
             if not self.needs_aux:
                 raise ValueError(f"gnmr: preset {self._preset!r} reads no aux signal: an aux trace would "
                                  f"hold nothing it steps on")
-            if self._device.type != "cpu":
-                raise ValueError(f"gnmr: an aux trace is written by a controller on the CPU only "
-                                 f"(this one is on {self._device})")
             aux_path = os.fspath(aux)
             if os.path.abspath(aux_path) == os.path.abspath(os.fspath(path)):
                 raise ValueError("gnmr: the aux trace must be another file than the trace")

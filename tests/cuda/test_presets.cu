@@ -68,6 +68,13 @@ void run_preset(const std::string& name, std::size_t units = 0, int steps_ = 0) 
     auxsteps::step(*host, in.data(), n);
     CK(cudaDeviceSynchronize());
     bad += diff_step(*host, *dev);
+    if (dev->needs_aux()) {  // the finished aux norms an aux trace records: the host's bits
+      std::vector<float> dax(n);
+      CK(cudaMemcpy(dax.data(), dev->aux_norms(), n * sizeof(float), cudaMemcpyDeviceToHost));
+      for (std::size_t i = 0; i < n; ++i) bad += !same_bits(dax[i], host->aux_norms()[i]);
+    } else {
+      EXPECT(dev->aux_norms() == nullptr, "%s: aux_norms() of a controller that reads no aux", name.c_str());
+    }
     acted += host->summary().triggered + host->summary().skip_step;
     if (resumed) {
       auxsteps::step(*resumed, in.data(), n);

@@ -1,7 +1,9 @@
 """The aux trace (Controller.trace(path, aux=...)) and gnmr-replay --aux: a
-gnmr-noise-floor run on the CPU records its norms and each unit's finished
-aux norm, and the replay of the two traces grants the same units at the same
-steps as the live run. Bad uses are refused and change nothing."""
+gnmr-noise-floor run records its norms and each unit's finished aux norm,
+and the replay of the two traces grants the same units at the same steps as
+the live run, on the CPU and on CUDA (there the rows come a step late from
+the device controller's own aux norms: the CPU run's bits). Bad uses are
+refused and change nothing."""
 from __future__ import annotations
 
 import json
@@ -13,10 +15,14 @@ import torch
 import gnmr
 from gnmr import Flag
 
+HAVE_GPU = torch.cuda.is_available() and gnmr.cuda_built()
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not HAVE_GPU, reason="needs a CUDA device and a gnmr built with CUDA"))]
 
-def _run(tmp_path, steps=40):
+
+def _run(tmp_path, steps=40, device="cpu"):
     torch.manual_seed(0)
-    ps = [torch.nn.Parameter(torch.randn(16)) for _ in range(5)]
+    ps = [torch.nn.Parameter(torch.randn(16, device=device)) for _ in range(5)]
     ctl = gnmr.Controller({f"u{i}": [p] for i, p in enumerate(ps)}, preset="gnmr-noise-floor",
                           warmup=3, max_o=2, lock=3)
     ctl.trace(tmp_path / "norms.csv", aux=tmp_path / "aux.csv")
@@ -24,7 +30,7 @@ def _run(tmp_path, steps=40):
     grants = []
     for t in range(steps):
         for p in ps:
-            p.grad = torch.randn(16, generator=g)
+            p.grad = torch.randn(16, generator=g).to(device)
         # Sums of squares of each unit's noise: about the gradient's own
         # (16) with a wide spread, so units cross sqrt(3) * a both ways; a
         # zero and a NaN now and then (never judged).
@@ -33,15 +39,16 @@ def _run(tmp_path, steps=40):
             aux[1] = 0.0
         if t % 11 == 5:
             aux[2] = float("nan")
-        ctl.step(aux=aux)
-        flags = ctl.decisions().flags
+        ctl.step(aux=aux.to(device))
+        flags = ctl.decisions().flags.cpu()
         grants += [(ctl.steps_done, u) for u in range(5) if int(flags[u]) & int(Flag.GRANTED)]
     ctl.trace(None)
     return grants
 
 
-def test_replay_of_the_aux_trace_grants_what_the_live_run_did(tmp_path, replay_exe):
-    grants = _run(tmp_path)
+@pytest.mark.parametrize("device", DEVICES)
+def test_replay_of_the_aux_trace_grants_what_the_live_run_did(tmp_path, replay_exe, device):
+    grants = _run(tmp_path, device=device)
     assert len(grants) >= 3  # the run had grants to compare
     lines = (tmp_path / "aux.csv").read_text().splitlines()
     assert lines[0] == "step,u0,u1,u2,u3,u4" and len(lines) == 41
@@ -57,6 +64,17 @@ def test_replay_of_the_aux_trace_grants_what_the_live_run_did(tmp_path, replay_e
     r = subprocess.run([replay_exe, str(tmp_path / "norms.csv"), "--preset", "gnmr-noise-floor"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--aux FILE" in r.stderr
+
+
+@pytest.mark.skipif(not HAVE_GPU, reason="needs a CUDA device and a gnmr built with CUDA")
+def test_the_cuda_aux_trace_is_the_cpu_runs_bit_for_bit(tmp_path):
+    # The same aux partials: the finished aux norms (sqrt, correctly rounded
+    # on both) are the same bits, so the files are identical.
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cuda").mkdir()
+    _run(tmp_path / "cpu", device="cpu")
+    _run(tmp_path / "cuda", device="cuda")
+    assert (tmp_path / "cuda" / "aux.csv").read_bytes() == (tmp_path / "cpu" / "aux.csv").read_bytes()
 
 
 def test_bad_aux_traces_are_refused(tmp_path):

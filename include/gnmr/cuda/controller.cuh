@@ -95,6 +95,7 @@ class DeviceController {
     check(cudaMemset(b_.counters, 0, 2 * sizeof(unsigned int)), "DeviceController: init");
     check(cudaMemset(b_.dec, 0, n_ * sizeof(UnitDecision)), "DeviceController: init");
     check(cudaMemset(b_.rep, 0, n_ * sizeof(UnitReport)), "DeviceController: init");
+    if (b_.aux_norm) check(cudaMemset(b_.aux_norm, 0, n_ * sizeof(float)), "DeviceController: init");
     pdl_ = pdl_supported(detail::ctrl_commit_summarize<Policies>);
     reset();
   }
@@ -161,6 +162,19 @@ class DeviceController {
   }
   // Does the trigger read the aux signal (so that step() and step_norms() refuse)?
   static constexpr bool needs_aux() { return gnmr::detail::needs_aux<Trigger>::value; }
+  // The finished aux norms the last step evaluated, one per unit, in device
+  // memory (zeros before any step): what an aux trace records, the device
+  // twin of GnmrController::aux_norms(), the same bits. Null for a trigger
+  // that reads no aux (nothing is kept). Valid until the next step is
+  // enqueued; copy it on the step's stream.
+  const float* aux_norms() const { return b_.aux_norm; }
+  // The same, copied to the host (blocking; empty for no aux).
+  std::vector<float> copy_aux_norms() const {
+    std::vector<float> v(b_.aux_norm ? n_ : 0);
+    if (b_.aux_norm) check(cudaMemcpy(v.data(), b_.aux_norm, n_ * sizeof(float), cudaMemcpyDeviceToHost),
+                           "DeviceController::copy_aux_norms");
+    return v;
+  }
 
   // Element count per unit (host array); RmsNorm needs it. Setup time:
   // synchronous upload.
@@ -249,6 +263,7 @@ class DeviceController {
     GlobalState* global = nullptr;
     gnmr::detail::SummaryAcc* block_acc = nullptr;
     unsigned int* counters = nullptr;
+    float* aux_norm = nullptr;  // only for a trigger that reads aux
     std::size_t bytes = 0;
   };
 
@@ -279,6 +294,7 @@ class DeviceController {
     b.global = c.take<GlobalState>(1);
     b.block_acc = c.take<gnmr::detail::SummaryAcc>(nb);
     b.counters = c.take<unsigned int>(2);
+    b.aux_norm = gnmr::detail::needs_aux<Trigger>::value ? c.take<float>(n) : nullptr;
     b.bytes = c.bytes();
     return b;
   }
@@ -330,6 +346,7 @@ class DeviceController {
     a.global = b_.global;
     a.block_acc = b_.block_acc;
     a.counters = b_.counters;
+    a.aux_norm = b_.aux_norm;
     a.n = static_cast<std::uint32_t>(n_);
     a.slots = p_.budget.slots();
     a.topk = gnmr::detail::topk_per_block(p_.budget.slots());

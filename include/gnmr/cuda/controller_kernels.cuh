@@ -63,6 +63,7 @@ struct CtrlArgs {
   std::int64_t* step;
   const double* numel;  // per unit, only for norms that need it
   const float* aux;     // per unit, the aux signal's partials (or norms); null: none (UnitView::aux)
+  float* aux_norm;      // per unit, the finished aux the evaluation saw (a trigger that reads aux); or null
   float* norm;          // this step's norms
   gnmr::detail::UnitVerdict* verdict;  // phase 1's evaluation of each unit, for the commit
   std::uint64_t* key;   // rank keys, 0 = not a candidate
@@ -192,6 +193,7 @@ __global__ void __launch_bounds__(kSelectThreads) ctrl_evaluate_select(CtrlArgs<
     const float ax = a.aux == nullptr ? 0.0f
                      : kFinish        ? a.p.norm.finish(a.aux[i], a.numel ? a.numel[i] : 1.0)
                                       : a.aux[i];
+    if (a.aux_norm != nullptr) a.aux_norm[i] = ax;  // what an aux trace records (host: aux_norms())
     const UnitView v = gnmr::detail::evaluate_unit(a.p, st, norm, t, i, ax);
     held = (v.flags & kInRecovery) ? 1 : 0;
     cand = gnmr::detail::is_candidate(v.flags) ? 1 : 0;

@@ -46,6 +46,10 @@ class DynDeviceController {
   }
   // Does the trigger need the aux signal (step() and step_norms() refuse)?
   virtual bool needs_aux() const { return false; }
+  // The finished aux norms the last step evaluated, in device memory, one
+  // per unit (DeviceController::aux_norms); null where the trigger reads no
+  // aux.
+  virtual const float* aux_norms() const { return nullptr; }
 
   // Device arrays, valid once the step that wrote them has run.
   virtual const UnitDecision* decisions() const = 0;

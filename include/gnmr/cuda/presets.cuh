@@ -71,6 +71,7 @@ class DeviceDynAdapter final : public DynDeviceController {
     return dev_.step_norms_with_aux(d, a, s);
   }
   bool needs_aux() const override { return Device::needs_aux(); }
+  const float* aux_norms() const override { return dev_.aux_norms(); }
   const UnitDecision* decisions() const override { return dev_.decisions(); }
   const UnitReport* reports() const override { return dev_.reports(); }
   const StepSummary* summary() const override { return dev_.summary(); }

@@ -256,12 +256,16 @@ void DeviceController::open_events(const std::string& path, bool nonfinite_as_nu
   I.drain = std::move(d);
 }
 
-void DeviceController::open_trace(const std::string& path, bool append, std::int64_t last_step) {
+void DeviceController::open_trace(const std::string& path, bool append, std::int64_t last_step,
+                                  const std::string& aux_path) {
   Impl& I = *impl_;
   DeviceGuard g(I.device);
+  if (!aux_path.empty() && I.ctl->aux_norms() == nullptr)
+    throw std::invalid_argument("gnmr: an aux trace needs a controller whose trigger reads aux (" + I.ctl->name() +
+                                " reads none)");
   if (I.tdrain) I.tdrain->flush(I.logs);
-  std::unique_ptr<TraceDrain> d(new TraceDrain(I.n));
-  I.logs.open_trace(path, append, last_step);
+  std::unique_ptr<TraceDrain> d(new TraceDrain(I.n, !aux_path.empty()));
+  I.logs.open_trace(path, append, last_step, aux_path);
   I.tdrain = std::move(d);
 }
 

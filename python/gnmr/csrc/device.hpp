@@ -103,7 +103,10 @@ class DeviceController {
   void reset();
 
   void open_events(const std::string& path, bool nonfinite_as_null, bool append = false);
-  void open_trace(const std::string& path, bool append = false, std::int64_t last_step = 0);
+  // aux_path: also the aux trace (each unit's finished aux norm a step), for
+  // a controller that reads aux (std::invalid_argument otherwise).
+  void open_trace(const std::string& path, bool append = false, std::int64_t last_step = 0,
+                  const std::string& aux_path = std::string());
   void close_events();
   void close_trace();
   void flush();  // waits for every recorded step and writes it

@@ -52,7 +52,7 @@ std::vector<std::uint8_t> DeviceController::save() const { no_cuda(); }
 void DeviceController::load(const std::uint8_t*, std::size_t) { no_cuda(); }
 void DeviceController::reset() { no_cuda(); }
 void DeviceController::open_events(const std::string&, bool, bool) { no_cuda(); }
-void DeviceController::open_trace(const std::string&, bool, std::int64_t) { no_cuda(); }
+void DeviceController::open_trace(const std::string&, bool, std::int64_t, const std::string&) { no_cuda(); }
 void DeviceController::close_events() { no_cuda(); }
 void DeviceController::close_trace() { no_cuda(); }
 void DeviceController::flush() { no_cuda(); }

@@ -50,11 +50,15 @@ struct PinnedSlot {
 constexpr std::size_t kSummaryBytes = (sizeof(gnmr::StepSummary) + 15) / 16 * 16;
 
 // The trace's norms a step late, like gnmr::cuda::TelemetryDrain does for
-// the event log: two pinned slots {summary, norms[N]}, oldest written first.
+// the event log: two pinned slots {summary, norms[N], aux norms[N] if the
+// aux trace is open}, oldest written first. The aux norms are the device
+// controller's own (DynDeviceController::aux_norms: the finished values its
+// evaluation saw), so the aux trace holds the bits a CPU run would write.
 class TraceDrain {
  public:
-  explicit TraceDrain(std::size_t n) : n_(n) {
-    for (PinnedSlot& s : slot_) s.create(kSummaryBytes + n_ * sizeof(float), "gnmr: trace drain");
+  TraceDrain(std::size_t n, bool aux) : n_(n), aux_(aux) {
+    for (PinnedSlot& s : slot_)
+      s.create(kSummaryBytes + (aux_ ? 2 : 1) * n_ * sizeof(float), "gnmr: trace drain");
   }
   ~TraceDrain() {
     for (PinnedSlot& s : slot_) s.destroy();
@@ -77,6 +81,10 @@ class TraceDrain {
     check(cudaMemcpy2DAsync(mine.host + kSummaryBytes, sizeof(float), src, sizeof(gnmr::UnitReport),
                             sizeof(float), n_, cudaMemcpyDeviceToHost, stream),
           "gnmr: trace: copy norms");
+    if (aux_)
+      check(cudaMemcpyAsync(mine.host + kSummaryBytes + n_ * sizeof(float), c.aux_norms(), n_ * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream),
+            "gnmr: trace: copy aux norms");
     check(cudaEventRecord(mine.done, stream), "gnmr: trace: cudaEventRecord");
     mine.pending = true;
     mine.order = k_++;
@@ -98,10 +106,12 @@ class TraceDrain {
     s.pending = false;
     gnmr::StepSummary sum;
     std::memcpy(&sum, s.host, sizeof sum);
-    logs.write_trace(sum.step, reinterpret_cast<const float*>(s.host + kSummaryBytes));
+    const float* norms = reinterpret_cast<const float*>(s.host + kSummaryBytes);
+    logs.write_trace(sum.step, norms, aux_ ? norms + n_ : nullptr);
   }
 
   std::size_t n_;
+  bool aux_;
   PinnedSlot slot_[2];
   std::uint64_t k_ = 0;
 };

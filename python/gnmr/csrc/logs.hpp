@@ -125,19 +125,21 @@ class Logs {
     if (ev_) ev_->write(s, reports, names_.size(), names_.data());
     if (tr_) {
       for (std::size_t u = 0; u < norms_.size(); ++u) norms_[u] = reports[u].norm;
-      write_trace(s.step, norms_.data());
-    }
-    if (ax_) {
-      if (!aux_norms || aux_norms->size() != names_.size())
+      if (ax_ && (!aux_norms || aux_norms->size() != names_.size()))
         throw std::logic_error("gnmr: aux trace: a step without each unit's aux norm");
-      ax_->write(s.step, aux_norms->data(), names_.size());
-      if (!*ax_file_) throw IoError("gnmr: aux trace: write failed");
+      write_trace(s.step, norms_.data(), ax_ ? aux_norms->data() : nullptr);
     }
   }
-  // One trace row from a norm per unit (the CUDA glue's pinned copy).
-  void write_trace(std::int64_t step, const float* norms) {
+  // One trace row from a norm per unit (the CUDA glue's pinned copy), and
+  // the aux trace's row from the finished aux norms when one is open.
+  void write_trace(std::int64_t step, const float* norms, const float* aux_norms = nullptr) {
     tr_->write(step, norms, names_.size());
     if (!*tr_file_) throw IoError("gnmr: trace: write failed");
+    if (ax_) {
+      if (!aux_norms) throw std::logic_error("gnmr: aux trace: a step without each unit's aux norm");
+      ax_->write(step, aux_norms, names_.size());
+      if (!*ax_file_) throw IoError("gnmr: aux trace: write failed");
+    }
     last_trace_step_ = step;
   }
 

@@ -398,13 +398,10 @@ PYBIND11_MODULE(_C, m) {
       .def("close_events", [](CudaCore& c) { c.device().close_events(); })
       .def("open_trace",
            [](CudaCore& c, const std::string& p, bool append, std::int64_t last, const std::string& aux) {
-             // The device writes its trace rows a step late from a pinned
-             // copy of the reports; the finished aux norms have no such
-             // copy yet.
-             if (!aux.empty())
-               throw std::invalid_argument("gnmr: an aux trace is written by a controller on the CPU only "
-                                           "(this one is on CUDA)");
-             c.device().open_trace(p, append, last);
+             // The device writes its trace rows a step late from pinned
+             // copies of the reports' norms and of the controller's
+             // finished aux norms (drains.cuh).
+             c.device().open_trace(p, append, last, aux);
            },
            py::arg("path"), py::arg("append") = false, py::arg("last_step") = 0, py::arg("aux") = "")
       .def("close_trace", [](CudaCore& c) { c.device().close_trace(); })

@@ -179,3 +179,50 @@ def test_fp16_amp_gnmr_reads_unscaled_gradients(tmp_path):
     for _, got, grad in amp:
         if torch.isfinite(grad).all():
             torch.testing.assert_close(got, grad, rtol=1e-6, atol=0.0)
+
+
+def test_nvfp4_noise_floor_under_the_trainer(tmp_path):
+    """NVIDIA's NVFP4 recipe (emulated) on a Llama's linears, the head kept
+    high, under the Trainer: the callback gives gnmr-noise-floor each step's
+    rounding noise (aux=nvfp4.noise_partials) and the granted layers run in
+    high precision. noise_c is set high so that it grants at this scale;
+    the aux the controller saw is the noise the layers measured."""
+    from gnmr.integrations import nvfp4
+    from gnmr.integrations import torchao as gnmr_ao
+
+    model = tiny_llama(5)
+    nvfp4.convert_to_nvfp4_training(model, module_filter_fn=lambda m, path: "layers." in path, seed=3)
+    assert "lm_head" not in nvfp4.nvfp4_modules(model) and len(nvfp4.nvfp4_modules(model)) == 14
+    ctl = gnmr.Controller(gnmr_ao.operator_units(model), "gnmr-noise-floor", warmup=2, max_o=3, lock=2,
+                          noise_c=100.0)
+    switched = gnmr_ao.enable_promotion(model, ctl)
+    assert len(switched) == 14
+    # Without aux the callback refuses at the start, saying what to pass.
+    with pytest.raises(ValueError, match="aux="):
+        trainer_for(tmp_path / "no-aux", model, [GnmrCallback(ctl)], max_steps=2).train()
+    assert ctl.steps_done == 0
+    seen, promoted = [], []
+
+    def aux(m, c):
+        a = nvfp4.noise_partials(m, c)
+        seen.append(a.clone())
+        return a
+
+    class Watch(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, **kw):
+            promoted.append(len(ctl.promoted_units()))
+
+    cb = GnmrCallback(ctl, aux=aux)
+    tr = trainer_for(tmp_path / "run", model, [cb, Watch()], max_steps=10, save_steps=10)
+    tr.train()
+    assert ctl.steps_done == 10 and len(seen) == 10
+    names = ctl.unit_names
+    ops = [i for i, n in enumerate(names) if n in nvfp4.nvfp4_modules(model)]
+    others = [i for i in range(len(names)) if i not in ops]
+    # Every NVFP4 operator's noise is positive every step it ran in NVFP4;
+    # units that are no operator (norms, embeddings, the head) carry none.
+    assert all(float(s[i]) == 0.0 for s in seen for i in others)
+    assert all(float(seen[0][i]) > 0.0 for i in ops)
+    granted = sum(h.get("gnmr/granted", 0) for h in tr.state.log_history)
+    assert granted >= 3 and max(promoted) > 0 and max(promoted) <= 3
+    assert all(torch.isfinite(p).all() for p in model.parameters())

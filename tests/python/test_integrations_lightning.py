@@ -105,3 +105,32 @@ def test_lightning_with_gnmr_adamw(tmp_path):
     assert cb.controller is model.ctl and model.ctl.steps_done == 10
     with pytest.raises(ValueError, match="another controller"):
         fit(tmp_path / "other", 10, guarded=True, cb=GnmrCallback(gnmr.Controller(make_model(0))))
+
+
+def test_aux_feeds_a_noise_floor_controller_each_step(tmp_path):
+    """gnmr-noise-floor reads each step's aux: the callback calls aux(module,
+    controller) once per optimizer step, before the controller steps (the
+    controller's finished aux norms are the square roots of what it gave),
+    and refuses to start without it."""
+    model = Tiny()
+    ctl = gnmr.Controller(model.net, "gnmr-noise-floor", warmup=2)
+    with pytest.raises(ValueError, match="aux="):
+        fit(tmp_path / "no-aux", 2, cb=GnmrCallback(ctl), model=model)
+    assert ctl.steps_done == 0
+    given = []
+
+    def aux(module, c):
+        assert module is model and c is ctl
+        a = torch.rand(len(c.unit_names)) + 0.5
+        given.append(a)
+        return a
+
+    ctl.trace(tmp_path / "n.csv", aux=tmp_path / "a.csv")
+    fit(tmp_path / "run", 6, cb=GnmrCallback(ctl, aux=aux), model=model)
+    ctl.trace(None)
+    assert ctl.steps_done == 6 and len(given) == 6
+    rows = (tmp_path / "a.csv").read_text().splitlines()[1:]
+    assert len(rows) == 6
+    for row, a in zip(rows, given):  # each step finished the aux it was given that step
+        got = torch.tensor([float(v) for v in row.split(",")[1:]])
+        torch.testing.assert_close(got, a.sqrt(), rtol=1e-6, atol=0)

@@ -29,6 +29,15 @@ decisions as an uninterrupted one. Logs: every Trainer log line gains
 With ``gnmr.optim.AdamW`` as the Trainer's optimizer (``optimizers=(opt,
 sched)``) the optimizer runs the controller itself; the callback then only
 logs and checkpoints, and the Trainer's clip stays where the Trainer puts it.
+
+A preset whose trigger reads each unit's aux signal (``gnmr-noise-floor``)
+gets it from ``aux``, a function of (model, controller) called once per
+optimizer step before the controller steps; for NVIDIA's NVFP4 recipe that
+is ``gnmr.integrations.nvfp4.noise_partials``::
+
+    ctl = gnmr.Controller(operator_units(model), "gnmr-noise-floor")
+    enable_promotion(model, ctl)
+    GnmrCallback(ctl, aux=nvfp4.noise_partials)
 """
 from __future__ import annotations
 
@@ -64,14 +73,22 @@ class GnmrCallback(TrainerCallback):
             a folder name restores ``<folder>/gnmr.pt``, False starts gnmr's
             statistics anew. A missing file raises FileNotFoundError rather
             than silently starting anew.
+        aux: ``aux(model, controller)`` gives each step's aux partials
+            (``Controller.set_aux``) for a preset that reads them
+            (``controller.needs_aux``); None: none.
     """
 
     def __init__(self, controller: Optional[Controller] = None, *, preset: str = "default",
                  units: Optional[Callable[[torch.nn.Module], Any]] = None,
                  take_over_clip: bool = True, resume: Union[bool, str] = True,
+                 aux: Optional[Callable[[torch.nn.Module, Controller], torch.Tensor]] = None,
                  **overrides: Any) -> None:
         if controller is not None and not isinstance(controller, Controller):
             raise TypeError(f"gnmr: GnmrCallback needs a gnmr.Controller, got {type(controller).__name__}")
+        if aux is not None and not callable(aux):
+            raise TypeError(f"gnmr: GnmrCallback: aux must be a function of (model, controller), "
+                            f"got {type(aux).__name__}")
+        self._aux, self._model = aux, None
         self.controller = controller
         self._preset, self._units, self._overrides = preset, units, overrides
         self.take_over_clip = take_over_clip
@@ -88,6 +105,11 @@ class GnmrCallback(TrainerCallback):
                                  "controller over; pass controller=gnmr.Controller(model)")
             units = self._units(model) if self._units is not None else model
             self.controller = Controller(units, self._preset, **self._overrides)
+        self._model = model
+        if self.controller.needs_aux and self._aux is None:
+            raise ValueError(f"gnmr: GnmrCallback: preset {self.controller.preset!r} reads each unit's aux "
+                             f"signal: pass aux=<function of (model, controller)>, e.g. "
+                             f"gnmr.integrations.nvfp4.noise_partials")
         # A gnmr.optim.AdamW runs the controller inside its step, after the
         # Trainer's clip: nothing to take over then.
         own_step = isinstance(unwrap_optimizer(optimizer), GnmrAdamW)
@@ -113,6 +135,9 @@ class GnmrCallback(TrainerCallback):
                 scaler.unscale_(unwrap_optimizer(optimizer))
             except RuntimeError:
                 pass
+        if self._aux is not None:  # consumed by this step (ours, or gnmr.optim.AdamW's)
+            self.controller.set_aux(self._aux(self._model if self._model is not None else kwargs.get("model"),
+                                              self.controller))
         self.tally.add(guarded_step(self.controller, optimizer, self._clip))
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):

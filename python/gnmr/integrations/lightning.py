@@ -53,13 +53,22 @@ class GnmrCallback(Callback):
             ``gnmr.optim.AdamW`` returned by ``configure_optimizers``.
         log: log the figures at Lightning's log interval through
             ``pl_module.log_dict``.
+        aux: ``aux(pl_module, controller)`` gives each step's aux partials
+            (``Controller.set_aux``) for a preset that reads them
+            (``gnmr-noise-floor``: ``gnmr.integrations.nvfp4.noise_partials``);
+            None: none.
     """
 
     def __init__(self, controller: Optional[Controller] = None, *, preset: str = "default",
                  units: Optional[Callable[[torch.nn.Module], Any]] = None, log: bool = True,
+                 aux: Optional[Callable[[torch.nn.Module, Controller], torch.Tensor]] = None,
                  **overrides: Any) -> None:
         if controller is not None and not isinstance(controller, Controller):
             raise TypeError(f"gnmr: GnmrCallback needs a gnmr.Controller, got {type(controller).__name__}")
+        if aux is not None and not callable(aux):
+            raise TypeError(f"gnmr: GnmrCallback: aux must be a function of (module, controller), "
+                            f"got {type(aux).__name__}")
+        self._aux = aux
         self.controller = controller
         self._preset, self._units, self._overrides = preset, units, overrides
         self._log = log
@@ -82,10 +91,16 @@ class GnmrCallback(Callback):
         if self._pending is not None:
             self.controller.load_state_dict(self._pending)
             self._pending = None
+        if self.controller.needs_aux and self._aux is None:
+            raise ValueError(f"gnmr: GnmrCallback: preset {self.controller.preset!r} reads each unit's aux "
+                             f"signal: pass aux=<function of (module, controller)>, e.g. "
+                             f"gnmr.integrations.nvfp4.noise_partials")
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         # Lightning clips after this hook. With gnmr.optim.AdamW the
         # controller runs inside optimizer.step() instead (None here).
+        if self._aux is not None:  # consumed by this step (ours, or gnmr.optim.AdamW's)
+            self.controller.set_aux(self._aux(pl_module, self.controller))
         self._tally.add(guarded_step(self.controller, optimizer, 0.0))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:

@@ -487,7 +487,13 @@ def gpu_figures(root=None):
                     f"gap on the GPU, {pct_ci(*gap(cpu, 'default'))} on the CPU")}
 
 
-FIGURE_SETS = (verdict_figures, fa_figures, long_run_figures, gpu_figures)
+def nvfp4_figures(root=None):
+    """The NVFP4 comparison's regions: evidence_nvfp4.py, with this module's statistics."""
+    import evidence_nvfp4
+    return evidence_nvfp4.figures(sys.modules[__name__], root)
+
+
+FIGURE_SETS = (verdict_figures, fa_figures, long_run_figures, gpu_figures, nvfp4_figures)
 
 
 def figures(data=None, old=None):

@@ -74,6 +74,53 @@ def perturb(path: Path, column: str, delta: float, where=None) -> bool:
     return True
 
 
+def nvfp4_synthetic(tmp: Path) -> list:
+    import math
+    import random
+    import evidence_nvfp4 as nv
+    rng = random.Random(3)
+    rows = []
+    for s in nv.SEEDS:
+        base = 2.5 + rng.gauss(0, 0.01)
+
+        def row(arm, loss, share, max_o="", c=""):
+            rows.append(dict(arm=arm, seed=s, final_loss=f"{loss:.6f}", hp_share=share, fired_share="", ops=42,
+                             steps=600, depth=6, max_o=max_o, noise_c=c, wall_s=1))
+        row("low", base + 0.024, 0.0)
+        row("high", base, 1.0)
+        row("static-layers", base + 0.012 + rng.gauss(0, 0.002), 1 / 3)
+        row("late-switch", base + 0.010 + rng.gauss(0, 0.002), 1 / 3)
+        row("default", base + 0.024 + rng.gauss(0, 0.002), 0.002)
+        row("noise-floor", base + 0.024, 0.0, 14, math.sqrt(3))
+        for m, sh in ((1, 0.024), (2, 0.048), (14, 0.33)):
+            row("noise-floor", base + 0.024 - 2 * sh * 0.024 + rng.gauss(0, 0.002), sh, m, 8.1)
+            row("random", base + 0.024 - sh * 0.024 + rng.gauss(0, 0.002), sh, m, "")
+
+    def write(rs):
+        with open(tmp / nv.DATA_FILE, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rs[0]), lineterminator="\n")
+            w.writeheader()
+            w.writerows(rs)
+        return ev.nvfp4_figures(tmp)
+
+    out = []
+    full = write(rows)
+    if any(v.startswith("*awaiting") for v in full.values()) or "noise-floor/c=8.1@14" not in full["nvfp4-verdict"]:
+        out.append(f"self-test: the NVFP4 figures of a complete synthetic data set are not figures: {full}")
+    elif "beats both" not in full["nvfp4-verdict"]:
+        out.append(f"self-test: the NVFP4 verdict misses a clear synthetic win: {full['nvfp4-verdict']}")
+    short = write([r for r in rows if not (r["arm"] == "random" and r["max_o"] == 2 and r["seed"] == 220)])
+    if not all(v.startswith("*awaiting") for v in short.values()):
+        out.append("self-test: the NVFP4 figures of a data set one run short are not 'awaiting'")
+    rows[0]["final_loss"] = f"{float(rows[0]['final_loss']) + 0.05:.6f}"
+    if write(rows)["nvfp4-table"] == full["nvfp4-table"]:
+        out.append("self-test: a changed NVFP4 loss did not change the table")
+    if not out:
+        print("self-test: NVFP4 figures on synthetic data: computed when complete, awaiting when not, "
+              "changed with a loss")
+    return out
+
+
 def main() -> int:
     bad = []
     page = PAGE.read_text()
@@ -102,6 +149,7 @@ def main() -> int:
             ("false-alarms.csv", "hp_share", 0.01, ev.fa_figures, DATA, None, "fa-table"),
             ("false-alarm-episodes.csv", "-", 0.0, ev.fa_figures, DATA, None, "fa-same-step"),
             ("long-run.csv", "len", 200.0, ev.long_run_figures, DATA, None, "long-run"),
+            ("nvfp4-arms.csv", "final_loss", 0.05, ev.nvfp4_figures, DATA, {"arm": "static-layers"}, "nvfp4-table"),
             (ev.GPU_GPU, "final_val_loss", 0.05, ev.gpu_figures, OLD, None, "gpu"),
         ]
         tried = 0
@@ -128,6 +176,12 @@ def main() -> int:
                 print(f"self-test: {what}: {len(found)} mismatch(es), first: {found[0].splitlines()[0]}")
         if tried == 0:
             bad.append("self-test: no data file could be changed")
+
+    # The NVFP4 figures before their data exist: on a synthetic complete data
+    # set they are figures, not "awaiting", a seed short they are "awaiting"
+    # again, and a changed loss changes the table.
+    with tempfile.TemporaryDirectory() as tmp:
+        bad += nvfp4_synthetic(Path(tmp))
 
     # a figure changed on the page
     for m in ev.REGION.finditer(page):

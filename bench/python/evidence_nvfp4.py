@@ -1,0 +1,123 @@
+"""evidence_nvfp4.py — the NVFP4 comparison's figures on docs/evidence.md
+(regions nvfp4-table and nvfp4-verdict), from the per-seed rows of the
+report queue (docs/record/nvfp4.md, "Protocol"), committed as
+docs/data/evidence/nvfp4-arms.csv once every report seed is complete:
+
+    cp build/nvfp4-arms/report/results.csv docs/data/evidence/nvfp4-arms.csv
+    python3 bench/python/evidence.py --write docs/evidence.md
+
+A room of evidence.py: it computes with that module's own statistics and
+formats (passed in as `ev`, so the intervals are compare_verdicts.boot's and
+the gap closed is evidence.boot_ratio's ratio of means, as the page
+documents), and gives "awaiting the report runs" with the command until the
+data set is complete (never a partial figure). Standard library only.
+"""
+from __future__ import annotations
+
+import math
+
+DATA_FILE = "nvfp4-arms.csv"
+SEEDS = range(201, 221)
+S_SLOTS = 14  # static-layers' share at depth 6, 14 of 42 operators
+SHARES = (1, 2, S_SLOTS)  # --max-o: about 2%, 5% and S
+C_DEV = "8.1"  # noise_c chosen on the development seeds (the record's rule)
+STATIC = ("low", "high", "static-layers", "late-switch", "default")
+QUEUE = ('python bench/python/nvfp4_arms.py --seeds 201-220 --steps 600 --depth 6 --max-o 1,2,14 '
+         '--arms "low,high,static-layers,late-switch,default,noise-floor@14,noise-floor/c=8.1,random" '
+         '--out build/nvfp4-arms/report')
+
+
+def label(arm, max_o="", noise_c=""):
+    """A row's arm label: nvfp4_arms.label's scheme (slots after @, a
+    noise_c other than sqrt(3) after /c=)."""
+    c = ""
+    if arm == "noise-floor" and noise_c not in ("", None) and abs(float(noise_c) - math.sqrt(3.0)) > 1e-6:
+        c = f"/c={float(noise_c):g}"
+    return f"{arm}{c}@{max_o}" if max_o not in ("", None) else f"{arm}{c}"
+
+
+def labels():
+    """Every run label of the protocol, in the table's order."""
+    out = list(STATIC) + [f"noise-floor@{S_SLOTS}"]
+    out += [f"noise-floor/c={C_DEV}@{m}" for m in SHARES]
+    out += [f"random@{m}" for m in SHARES]
+    return out
+
+
+def awaiting():
+    return f"*awaiting the report runs* (`{QUEUE}`, then `cp build/nvfp4-arms/report/results.csv docs/data/evidence/{DATA_FILE}`)"
+
+
+def data(ev, root=None):
+    """{label: {seed: row}} when every label has every report seed, else None."""
+    rows = ev.read(DATA_FILE, root)
+    if not rows:
+        return None
+    by = {}
+    for r in rows:
+        by.setdefault(label(r["arm"], r.get("max_o", ""), r.get("noise_c", "")), {})[int(r["seed"])] = r
+    if not all(set(SEEDS) <= set(by.get(k, {})) for k in labels()):
+        return None
+    return {k: {s: by[k][s] for s in SEEDS} for k in labels()}
+
+
+def losses(by, k):
+    return {s: float(r["final_loss"]) for s, r in by[k].items()}
+
+
+def figures(ev, root=None):
+    by = data(ev, root)
+    if by is None:
+        return {"nvfp4-table": awaiting(), "nvfp4-verdict": awaiting()}
+    low, high = losses(by, "low"), losses(by, "high")
+    seeds = sorted(low)
+    gap = ev.paired(low, high)
+    den = [low[s] - high[s] for s in seeds]
+    lines = ["| arm | high-precision share | arm − low [95%] | gap closed [95%] |", "|---|---|---|---|"]
+    for k in labels():
+        if k == "low":
+            continue
+        arm = losses(by, k)
+        share = ev.mean(float(r["hp_share"]) for r in by[k].values())
+        d = ev.paired(arm, low)
+        num = [low[s] - arm[s] for s in seeds]
+        g = sum(num) / sum(den)
+        lo, hi = ev.boot_ratio(num, den)
+        lines.append(f"| `{k}` | {ev.pct(share)} | {ev.ci(*d[:3])} | {ev.pct_ci(g, lo, hi)} |")
+    lines.append(f"\n`low` − `high` over seeds {ev.seed_range(seeds)}: {ev.ci(*gap[:3])}.")
+    table = "\n".join(lines)
+
+    # The protocol's rule ("What counts"): at a share, noise-floor - random
+    # and noise-floor - static-layers both below zero with intervals
+    # excluding it. With no resolved gap, only the differences to low count.
+    if ev.says(gap[1], gap[2]) != "higher":
+        verdict = (f"the low–high gap is not resolved at this scale (`low` − `high` {ev.ci(*gap[:3])}); "
+                   f"the arms are reported by their differences to `low` only")
+        return {"nvfp4-table": table, "nvfp4-verdict": verdict}
+    parts, wins = [], []
+    for c in ("", f"/c={C_DEV}"):
+        for m in SHARES:
+            k = f"noise-floor{c}@{m}"
+            if k not in by:
+                continue
+            nf = losses(by, k)
+            vr = ev.paired(nf, losses(by, f"random@{m}")) if f"random@{m}" in by else None
+            vs = ev.paired(nf, losses(by, "static-layers")) if m == S_SLOTS else None
+            vl = ev.paired(nf, losses(by, "late-switch")) if m == S_SLOTS else None
+            bits = []
+            if vr:
+                bits.append(f"− `random@{m}` {ev.ci(*vr[:3])}")
+            if vs:
+                bits.append(f"− `static-layers` {ev.ci(*vs[:3])}")
+            if vl:
+                bits.append(f"− `late-switch` {ev.ci(*vl[:3])}")
+            parts.append(f"`{k}` " + ", ".join(bits))
+            if vr and vs and ev.says(vr[1], vr[2]) == "lower" and ev.says(vs[1], vs[2]) == "lower":
+                wins.append(k)
+    head = (f"run-time promotion beats both the random choice and the static layers at the same share for "
+            f"{ev.and_list([f'`{w}`' for w in wins])}" if wins else
+            "run-time promotion does not beat both the random choice and the static layers at any share "
+            "(the protocol's condition for it to be worth its machinery)")
+    d = ev.paired(losses(by, "default"), low)
+    verdict = f"{head}: " + "; ".join(parts) + f"; `default` − `low` {ev.ci(*d[:3])}"
+    return {"nvfp4-table": table, "nvfp4-verdict": verdict}

@@ -173,9 +173,13 @@ inline int fixed_list_count(double share, int n_ops) {
   return best;
 }
 
-inline std::vector<std::vector<std::uint8_t>> fixed_table(int count, int n_ops, int steps) {
+// The last `count` operators in forward order (the head first), skipping
+// the ones not `eligible` (empty: every operator).
+inline std::vector<std::vector<std::uint8_t>> fixed_table(int count, int n_ops, int steps,
+                                                          const std::vector<std::uint8_t>& eligible = {}) {
   std::vector<std::uint8_t> row(static_cast<std::size_t>(n_ops), 0);
-  for (int o = std::max(0, n_ops - count); o < n_ops; ++o) row[static_cast<std::size_t>(o)] = 1;
+  for (int o = n_ops - 1, left = count; o >= 0 && left > 0; --o)
+    if (eligible.empty() || eligible[static_cast<std::size_t>(o)]) row[static_cast<std::size_t>(o)] = 1, --left;
   return std::vector<std::vector<std::uint8_t>>(static_cast<std::size_t>(steps) + 1, row);
 }
 

@@ -43,6 +43,10 @@ struct RunConfig {
   FaultKind fault_kind = FaultKind::kMixed;
   OutlierConfig outliers;
   ArmDef arm;
+  // A table arm's source (arm.depends_on): that run's own overrides, so that
+  // a random copy of a noise-floor run at --max-o 2 is never served from the
+  // cache of the copy of one at --max-o 1 (suite.hpp, build_config).
+  std::string after_overrides;
   int detect_k = 3;  // a grant within k steps of an event's start detects it
   std::string device = "cpu";
   bool keep_unit_trace = false;  // per-unit norms and ratios (legacy trace + heat map)
@@ -89,7 +93,8 @@ inline std::string canonical(const RunConfig& c) {
   kv("arm", a.name + ",controller=" + a.controller + "@" + controller_source(a.controller) +
                 ",promote=" + std::to_string(static_cast<int>(a.promote)) +
                 ",table=" + std::to_string(static_cast<int>(a.table)) + ",high=" + std::to_string(a.high) +
-                ",replaces_clip=" + std::to_string(a.replaces_recipe_clip) + ",after=" + a.depends_on);
+                ",replaces_clip=" + std::to_string(a.replaces_recipe_clip) + ",after=" + a.depends_on +
+                (c.after_overrides.empty() ? "" : "{" + c.after_overrides + "}"));  // only when set: older keys unchanged
   kv("overrides", options_text(a.overrides));
   kv("detect_k", std::to_string(c.detect_k));
   kv("device", c.device);

@@ -55,6 +55,7 @@ inline RunConfig build_config(const std::string& scenario, const std::string& ar
   merge_arm(c, find_arm(arm));
   c.seed = seed;
   c.quant.check();
+  if (!c.arm.depends_on.empty()) c.after_overrides = options_text(build_config(scenario, c.arm.depends_on, seed, ov).arm.overrides);
   return c;
 }
 

@@ -12,6 +12,7 @@
 // buffers.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -25,6 +26,7 @@
 
 #include "gnmr/host/dyn_controller.hpp"
 #include "gnmr/host/unit_norms.hpp"
+#include "gnmr/policy/trigger_noise.hpp"
 #include "gnmr/presets/make.hpp"
 
 #include "cuda_backend.hpp"
@@ -118,7 +120,11 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
     params.push_back(p.value());
     decay.push_back(p.value().dim() >= 2);  // no decay on biases, LayerNorm
   }
-  const UnitMap um = unit_map(tnames, ops);
+  UnitMap um = unit_map(tnames, ops);
+  // A pinned operator's unit is no operator unit: a grant on it promotes
+  // nothing, as for LayerNorm or the embeddings.
+  for (const auto& o : ops.ops)
+    if (o.pinned) um.op_of_unit[um.unit_of_op[static_cast<std::size_t>(o.index)]] = -1;
   const std::size_t nt = params.size(), nu = um.unit_names.size();
   R.unit_names = um.unit_names;
   R.op_of_unit = um.op_of_unit;
@@ -140,7 +146,9 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
   if (rc.arm.table == Table::kRandom) table = random_table(in.episodes, n_ops, rc.steps, rc.seed, eligible);
   if (rc.arm.table == Table::kEnds) table = ends_table(R.op_names, mc.layers, rc.steps);
   if (rc.arm.table == Table::kLate) table = late_table(ends_share(R.op_names, mc.layers, eligible), eligible, rc.steps);
-  if (rc.arm.table == Table::kFixed) table = fixed_table(fixed_list_count(in.hp_share, n_ops), n_ops, rc.steps);
+  const int n_low = static_cast<int>(std::count(eligible.begin(), eligible.end(), 1));
+  if (rc.arm.table == Table::kFixed)
+    table = fixed_table(fixed_list_count(in.hp_share, n_low), n_ops, rc.steps, eligible);
   if (rc.arm.table == Table::kAll) table = fixed_table(n_ops, n_ops, rc.steps);
   const bool on_cpu = dev.is_cpu();
   // The noise-floor trigger compares each weight gradient with the noise its
@@ -198,7 +206,7 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
   vs.second = vs.second.to(dev);
 
   std::vector<float> partials(nu), aux(nu, 0.0f);
-  const std::uint32_t aux_warmup = rc.arm.overrides.warmup ? *rc.arm.overrides.warmup : 10u;  // the trigger's
+  const std::uint32_t aux_warmup = rc.arm.overrides.warmup ? *rc.arm.overrides.warmup : gnmr::NoiseFloorTrigger{}.warmup;
   std::vector<gnmr::Segment> segs(nt);
   std::vector<gnmr::UnitDecision> raw(nu), fin(nu);
   std::vector<std::int32_t> redirect(nu, -1);
@@ -262,8 +270,8 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
         for (std::size_t u = 0; u < nu; ++u) {
           const int op = um.op_of_unit[u];
           aux[u] = op >= 0 ? static_cast<float>(ops.ops[static_cast<std::size_t>(op)].noise) : 0.0f;
-          if (aux[u] > 0.0f && static_cast<std::uint32_t>(step) > aux_warmup)
-            R.snr.push_back(std::sqrt(partials[u]) / std::sqrt(aux[u]));
+          const float r = std::sqrt(partials[u]) / std::sqrt(aux[u]);
+          if (aux[u] > 0.0f && static_cast<std::uint32_t>(step) > aux_warmup && std::isfinite(r)) R.snr.push_back(r);
         }
         sum = &ctrl->step_with_aux(partials.data(), aux.data(), nu);
       } else {

@@ -98,6 +98,8 @@ CATCH_TEST_CASE("random and fixed-list tables", "[demo][bench]") {
   const auto f = demo::fixed_table(2, 5, 3);
   CATCH_CHECK(f.size() == 4);
   CATCH_CHECK(f[2] == std::vector<std::uint8_t>{0, 0, 0, 1, 1});  // the last two in forward order
+  // A pinned last operator (the NVFP4 recipe's head) is skipped, not counted.
+  CATCH_CHECK(demo::fixed_table(2, 5, 1, {1, 1, 1, 1, 0})[1] == std::vector<std::uint8_t>{0, 0, 1, 1, 0});
 }
 
 CATCH_TEST_CASE("the recipe's clip after the rule", "[demo][bench]") {
@@ -252,6 +254,15 @@ CATCH_TEST_CASE("operator units and the cache key", "[demo][bench]") {
   CATCH_CHECK(demo::run_key(demo::build_config("nvfp4-recipe", "low", 1, {{"--gnmr-set", "noise_c=8"}})) ==
               demo::run_key(demo::build_config("nvfp4-recipe", "low", 1, none)));
   CATCH_CHECK(nf.quant.head_high);
+  // A table arm's key follows its source's overrides: the random copy of a
+  // noise-floor run at another budget or constant is another run.
+  const auto nfr = demo::run_key(demo::build_config("nvfp4-recipe", "noise-floor-random", 1, none));
+  CATCH_CHECK(demo::run_key(demo::build_config("nvfp4-recipe", "noise-floor-random", 1, {{"--max-o", "2"}})) != nfr);
+  CATCH_CHECK(demo::run_key(demo::build_config("nvfp4-recipe", "noise-floor-random", 1,
+                                               {{"--gnmr-set", "noise_c=12"}})) != nfr);
+  CATCH_CHECK(demo::run_key(demo::build_config("operator-outliers", "random", 1, {{"--gnmr-set", "warmup=2"}})) !=
+              demo::run_key(demo::build_config("operator-outliers", "random", 1, none)));
+  CATCH_CHECK(demo::build_config("operator-outliers", "random", 1, none).after_overrides.empty());  // older keys kept
   CATCH_CHECK(nf.model.layers == 6);
   CATCH_CHECK_THROWS_AS(demo::build_config("no-such", "low", 1, none), std::invalid_argument);
   CATCH_CHECK_THROWS_AS(demo::build_config("lr-burst", "no-such", 1, none), std::invalid_argument);

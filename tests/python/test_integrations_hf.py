@@ -226,3 +226,19 @@ def test_nvfp4_noise_floor_under_the_trainer(tmp_path):
     granted = sum(h.get("gnmr/granted", 0) for h in tr.state.log_history)
     assert granted >= 3 and max(promoted) > 0 and max(promoted) <= 3
     assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_aux_is_refused_with_more_than_one_rank(monkeypatch):
+    # Each rank's own rounding noise differs: with aux given as is, the ranks
+    # would decide differently. Refused before anything changes.
+    from gnmr.integrations._common import check_aux
+    ctl = gnmr.Controller({"u": [torch.nn.Parameter(torch.randn(4))]}, "gnmr-noise-floor")
+    check_aux(ctl, lambda m, c: None, "model")  # one process: fine
+    with pytest.raises(ValueError, match="aux=<function"):
+        check_aux(ctl, None, "model")
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
+    with pytest.raises(ValueError, match="more than one rank"):
+        check_aux(ctl, lambda m, c: None, "model")
+    plain = gnmr.Controller({"u": [torch.nn.Parameter(torch.randn(4))]}, "gnmr")
+    check_aux(plain, None, "model")  # no aux, no question

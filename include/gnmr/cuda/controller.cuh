@@ -163,7 +163,8 @@ class DeviceController {
   // Does the trigger read the aux signal (so that step() and step_norms() refuse)?
   static constexpr bool needs_aux() { return gnmr::detail::needs_aux<Trigger>::value; }
   // The finished aux norms the last step evaluated, one per unit, in device
-  // memory (zeros before any step): what an aux trace records, the device
+  // memory (zeros before the first step; reset() and load() keep the last
+  // step's, as the host's aux_norms() does): what an aux trace records, the device
   // twin of GnmrController::aux_norms(), the same bits. Null for a trigger
   // that reads no aux (nothing is kept). Valid until the next step is
   // enqueued; copy it on the step's stream.

@@ -42,6 +42,24 @@ def guarded_step(ctl: Controller, optimizer: Any, max_norm: float) -> Optional[S
     return s
 
 
+def check_aux(ctl: Controller, aux: Any, what: str) -> None:
+    """A callback's aux function against its controller, before training
+    starts: a preset that reads aux needs one; under data parallelism (more
+    than one rank) the callbacks refuse one, because each rank's local aux
+    (its own micro-batches' rounding noise) differs and the ranks would
+    decide differently: combine it yourself (for NVFP4's noise in an
+    averaged gradient, all-reduce the partials and divide by the world size
+    squared) and call ``Controller.set_aux`` before the optimizer step."""
+    if ctl.needs_aux and aux is None:
+        raise ValueError(f"gnmr: GnmrCallback: preset {ctl.preset!r} reads each unit's aux signal: pass "
+                         f"aux=<function of ({what}, controller)>, e.g. gnmr.integrations.nvfp4.noise_partials")
+    if aux is not None and torch.distributed.is_available() and torch.distributed.is_initialized() \
+            and torch.distributed.get_world_size() > 1:
+        raise ValueError("gnmr: GnmrCallback: aux= is refused with more than one rank: each rank's local aux "
+                         "differs, so the ranks would decide differently; combine it across ranks yourself and "
+                         "call controller.set_aux() before each optimizer step")
+
+
 class Tally:
     """The controller's figures since the last log: counts summed over the
     steps, the largest ratio, the recovery level at the last step.

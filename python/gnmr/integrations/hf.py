@@ -53,7 +53,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from ..controller import Controller
 from ..optim import AdamW as GnmrAdamW
-from ._common import Tally, guarded_step, unwrap_optimizer
+from ._common import Tally, check_aux, guarded_step, unwrap_optimizer
 
 CHECKPOINT_FILE = "gnmr.pt"
 
@@ -106,10 +106,7 @@ class GnmrCallback(TrainerCallback):
             units = self._units(model) if self._units is not None else model
             self.controller = Controller(units, self._preset, **self._overrides)
         self._model = model
-        if self.controller.needs_aux and self._aux is None:
-            raise ValueError(f"gnmr: GnmrCallback: preset {self.controller.preset!r} reads each unit's aux "
-                             f"signal: pass aux=<function of (model, controller)>, e.g. "
-                             f"gnmr.integrations.nvfp4.noise_partials")
+        check_aux(self.controller, self._aux, "model")
         # A gnmr.optim.AdamW runs the controller inside its step, after the
         # Trainer's clip: nothing to take over then.
         own_step = isinstance(unwrap_optimizer(optimizer), GnmrAdamW)

@@ -39,7 +39,7 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 from ..controller import Controller
 from ..optim import AdamW as GnmrAdamW
-from ._common import Tally, guarded_step, unwrap_optimizer
+from ._common import Tally, check_aux, guarded_step, unwrap_optimizer
 
 
 class GnmrCallback(Callback):
@@ -88,13 +88,10 @@ class GnmrCallback(Callback):
         elif self.controller is None:
             units = self._units(pl_module) if self._units is not None else pl_module
             self.controller = Controller(units, self._preset, **self._overrides)
+        check_aux(self.controller, self._aux, "module")  # before the restore below changes anything
         if self._pending is not None:
             self.controller.load_state_dict(self._pending)
             self._pending = None
-        if self.controller.needs_aux and self._aux is None:
-            raise ValueError(f"gnmr: GnmrCallback: preset {self.controller.preset!r} reads each unit's aux "
-                             f"signal: pass aux=<function of (module, controller)>, e.g. "
-                             f"gnmr.integrations.nvfp4.noise_partials")
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         # Lightning clips after this hook. With gnmr.optim.AdamW the

@@ -38,6 +38,10 @@ is ``gnmr.integrations.nvfp4.noise_partials``::
     ctl = gnmr.Controller(operator_units(model), "gnmr-noise-floor")
     enable_promotion(model, ctl)
     GnmrCallback(ctl, aux=nvfp4.noise_partials)
+
+With more than one rank ``aux`` is refused (each rank's noise differs; the
+ranks would decide differently): combine it across ranks and call
+``Controller.set_aux`` yourself.
 """
 from __future__ import annotations
 

@@ -6,7 +6,9 @@
 # static-layers 2/3 (the first and last of three blocks), late-switch the
 # same share as steps (round(2/3 x 16) = 11 of 16), high 1, low 0,
 # noise-floor above 0 and noise-floor-random exactly noise-floor's; and the
-# noise-floor run's snr.csv (what chooses noise_c).
+# noise-floor run's snr.csv (what chooses noise_c), every sample finite and
+# positive. Then the noise-floor arm on a recipe without the NVFP4 recipe's
+# noise must fail, its log naming --format nvfp4-recipe.
 # Inputs: DEMO (the executable), OUT (scratch dir).
 file(REMOVE_RECURSE "${OUT}")
 execute_process(COMMAND "${DEMO}" --scenario nvfp4-recipe
@@ -52,3 +54,28 @@ if(NOT n_snr EQUAL 1)
 endif()
 message(STATUS "nvfp4-recipe arms: shares static ${share_static-layers}, late ${share_late-switch}, "
                "noise-floor ${share_noise-floor}")
+file(STRINGS "${snr}" samples)
+list(REMOVE_AT samples 0)
+list(LENGTH samples n_samples)
+if(n_samples EQUAL 0)
+  message(FATAL_ERROR "snr.csv holds no sample")
+endif()
+foreach(v IN LISTS samples)
+  if(NOT v MATCHES "^[0-9]+(\\.[0-9]+)?(e[+-]?[0-9]+)?$" OR v EQUAL 0)
+    message(FATAL_ERROR "snr.csv holds a sample that is not a finite positive number: '${v}'")
+  endif()
+endforeach()
+
+execute_process(COMMAND "${DEMO}" --scenario clean --arms noise-floor --seeds 1 --steps 2 --layers 1 --width 32
+                        --out "${OUT}/refused"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+file(GLOB logs "${OUT}/refused/runs/logs/*.log")
+set(log_text "")
+foreach(l IN LISTS logs)
+  file(READ "${l}" t)
+  string(APPEND log_text "${t}")
+endforeach()
+if(rc EQUAL 0 OR NOT log_text MATCHES "needs --format nvfp4-recipe")
+  message(FATAL_ERROR "the noise-floor arm without the recipe's noise should fail naming --format nvfp4-recipe "
+                      "(rc ${rc}):\n${err}\n${log_text}")
+endif()

@@ -338,6 +338,25 @@ CATCH_TEST_CASE("the linear layer's three GEMMs under --format nvfp4-recipe", "[
     CATCH_CHECK(rel > 0.0);
     CATCH_CHECK(rel < 0.6);
   }
+  // A pinned operator (the recipe's head) is a plain linear: its forward and
+  // gradients are F.linear's, bit for bit, whatever the promotion mask says.
+  {
+    demo::OpState head;
+    head.index = 0;
+    head.pinned = true;
+    qc.promoted = {0};
+    demo::QLinear h(48, 32, &head, &qc);
+    torch::nn::init::normal_(h->weight, 0.0, 0.1);
+    const auto xh = torch::randn({2, 16, 48}).requires_grad_(true);
+    const auto yh = h->forward(xh);
+    yh.backward(dy);
+    torch::NoGradGuard ng;
+    const auto x2 = xh.detach().reshape({32, 48}), dy2 = dy.reshape({32, 32});
+    CATCH_CHECK(torch::equal(yh.detach().reshape({32, 32}), torch::addmm(h->bias.detach(), x2, h->weight.detach().t())));
+    CATCH_CHECK(torch::equal(xh.grad().reshape({32, 48}), dy2.mm(h->weight.detach())));
+    CATCH_CHECK(torch::equal(h->weight.grad(), dy2.t().mm(x2)));
+    CATCH_CHECK(head.noise == 0.0);
+  }
   // A bad configuration is refused by name.
   demo::QuantConfig bad = qc.cfg;
   bad.wgrad = false;

@@ -153,7 +153,8 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
   const bool on_cpu = dev.is_cpu();
   // The noise-floor trigger compares each weight gradient with the noise its
   // stochastic rounding added, which only the recipe's CPU layer measures.
-  if (make_controller(rc.arm.controller, 1, rc.arm.overrides)->needs_aux()) {
+  const bool wants_aux = make_controller(rc.arm.controller, 1, rc.arm.overrides)->needs_aux();  // once a run
+  if (wants_aux) {
     if (qc.cfg.scaling != Scaling::kNvfp4Recipe || !qc.cfg.any() || !on_cpu)
       throw std::invalid_argument("arm " + rc.arm.name + " needs --format nvfp4-recipe on the CPU (its stochastic "
                                   "rounding gives the noise the trigger compares with)");
@@ -266,7 +267,7 @@ inline RunResult train_one(const Corpus& data, const RunConfig& rc, const RunInp
       }
       gnmr::host_unit_partials(segs.data(), nt, partials.data(), nu);
       const float total = global_partial(partials.data(), static_cast<std::uint32_t>(nu));
-      if (ctrl->needs_aux()) {
+      if (wants_aux) {
         for (std::size_t u = 0; u < nu; ++u) {
           const int op = um.op_of_unit[u];
           aux[u] = op >= 0 ? static_cast<float>(ops.ops[static_cast<std::size_t>(op)].noise) : 0.0f;

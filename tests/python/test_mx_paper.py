@@ -394,3 +394,29 @@ def test_a_short_run_of_every_arm_under_the_paper_emulation(tmp_path):
         assert len((tmp_path / "traces" / f"{name}.csv").read_text().splitlines()) == 41
     assert (tmp_path / "grants" / "default.paper-7.json").exists()
     assert (tmp_path / "traces" / "low-7.csv").read_text() != (tmp_path / "traces" / "low.paper-7.csv").read_text()
+
+
+def test_a_run_resumed_with_the_compiled_quantizer_is_the_eager_run(tmp_path, monkeypatch):
+    """The CPU pilot's runs fuse the quantizer (--compile); a run started
+    eager and resumed compiled (as the queue's runs were when it switched)
+    ends bit for bit where the eager run ends. Skipped where torch.compile
+    has no toolchain (mx_sim.use_compiled then keeps eager)."""
+    # use_compiled swaps module globals: monkeypatch puts them back
+    monkeypatch.setattr(mx_sim, "_quantize", mx_sim._quantize)
+    monkeypatch.setattr(mx_paper, "_quantize", mx_paper._quantize)
+    common = ["--arms", "low", "--emulation", "paper", "--width", "64", "--depth", "2", "--batch", "128",
+              "--lr", "0.1", "--steps", "30", "--seeds", "7", "--ckpt-every", "10"]
+    name = mx_proxy.run_name("low", "paper", 7)
+    whole = mx_proxy.parser().parse_args(common + ["--out", str(tmp_path / "whole")])
+    row = mx_proxy.run("low", 7, whole)
+    cut = mx_proxy.parser().parse_args(common + ["--out", str(tmp_path / "cut"), "--stop-after", "10"])
+    assert mx_proxy.run("low", 7, cut) is None
+    cut.stop_after, cut.resume, cut.compile = 0, True, True
+    row2 = mx_proxy.run("low", 7, cut)
+    if row2["device"] != "cpu+compiled":
+        pytest.skip("torch.compile gave no fused quantizer here (no toolchain, or not eager's bits)")
+    assert mx_paper._quantize is not mx_paper.mx_quantize_paper
+    assert {k: v for k, v in row.items() if k not in ("wall_s", "device")} == \
+        {k: v for k, v in row2.items() if k not in ("wall_s", "device")}
+    a, b = _ckpt_state(tmp_path / "whole" / "ckpt" / f"{name}.pt"), _ckpt_state(tmp_path / "cut" / "ckpt" / f"{name}.pt")
+    assert a[0] == b[0] == 30 and _same(a[1], b[1]) and _same(a[2], b[2])

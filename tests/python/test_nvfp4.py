@@ -180,6 +180,35 @@ def test_stochastic_rounding_matches_the_reference_and_stays_on_the_grid():
         assert torch.equal(q.e2m1_round_stochastic(on, torch.Generator().manual_seed(s)), on)
 
 
+def test_stochastic_rounding_at_the_edges_of_its_arithmetic():
+    """The rounding finds lo and hi from |v|'s exponent (the grid's spacing
+    doubles at 2 and 4): every grid point and both its fp32 neighbours, the
+    exponent boundaries 1, 2, 4, subnormals, saturation past 6, inf and NaN,
+    against the search-based reference; the variance against p (1 - p)
+    (hi - lo)^2 from the reference's lo and hi, in the rule's fp32 order."""
+    g64 = GRID.float()
+    up, down = torch.full_like(g64, 100.0), torch.full_like(g64, -100.0)
+    mag = torch.cat([g64, torch.nextafter(g64, up), torch.nextafter(g64, down).clamp(min=0),
+                     torch.tensor([1e-45, 1e-40, 2.0 ** -126, 0.25, 0.7499999, 5.9999995, 6.0000005, 7.0, 1e30,
+                                   float("inf")])])
+    v = torch.cat([mag, -mag])
+    for seed in range(4):
+        u = torch.rand(v.shape, generator=torch.Generator().manual_seed(seed))
+        u[:8] = 0.0                    # the extremes of a draw: up whenever p > 0,
+        u[8:16] = 1.0 - 2.0 ** -24     # and down unless p is 1
+        got, var = q.e2m1_round_stochastic(v, draws=u, with_variance=True)
+        assert torch.equal(bits(got), bits(ref_sr(v.double(), u).float()))
+        a = v.double().abs()
+        lo_i = (a.unsqueeze(-1) >= GRID).sum(-1) - 1
+        lo, hi = GRID[lo_i], GRID[(lo_i + 1).clamp(max=7)]
+        p = torch.where(hi > lo, (a - lo) / (hi - lo), torch.zeros_like(a)).float()  # exact in fp32
+        step = (hi - lo).float()
+        assert torch.equal(bits(var), bits(p * (1 - p) * (step * step)))  # the rule's fp32 operations
+    nan = torch.tensor([float("nan"), -float("nan")])
+    got, var = q.e2m1_round_stochastic(nan, torch.Generator().manual_seed(0), with_variance=True)
+    assert torch.isnan(got).all() and torch.isnan(var).all()
+
+
 def test_stochastic_rounding_is_deterministic_per_generator_state():
     v = torch.empty(4096).uniform_(-6, 6, generator=torch.Generator().manual_seed(5))
     a = q.e2m1_round_stochastic(v, torch.Generator().manual_seed(11))

@@ -112,19 +112,25 @@ def e2m1_round_stochastic(v: torch.Tensor, generator: Optional[torch.Generator] 
     grid and where |v| saturates; NaN for NaN), computed from the same lo, hi
     and p, without another draw; the rounded values are the same bits."""
     a = v.abs()
-    grid = torch.tensor(E2M1_GRID, dtype=torch.float32, device=v.device)
-    idx = (torch.searchsorted(grid, a.contiguous(), right=True) - 1).clamp_(0, len(E2M1_GRID) - 1)
-    lo = grid[idx]
-    hi = grid[(idx + 1).clamp_(max=len(E2M1_GRID) - 1)]
-    step = hi - lo
-    p = torch.where(step > 0, (a - lo) / torch.where(step > 0, step, torch.ones_like(step)),
-                    torch.zeros_like(a))
+    # lo, hi: the grid points around |v|, found by arithmetic on the bits,
+    # not by a search or a select (the same values, several times faster on
+    # a CPU). The grid's spacing is 0.5 below 2, 1 below 4 and 2 up to 6:
+    # 2^(clamp(exponent of |v|, 0, 2) - 1); then lo = floor(|v| / spacing) *
+    # spacing, every operation exact. |v| >= 6 (inf too) is clamped to 6,
+    # where lo = hi = 6 and p = 0: the value saturates.
+    ac = a.clamp(max=F4_E2M1_MAX)
+    spacing = (((ac.view(torch.int32) >> 23).clamp_(127, 129) - 1) << 23).view(torch.float32)
+    lo = torch.floor(ac / spacing).mul_(spacing)
+    step = (lo + spacing).clamp_(max=F4_E2M1_MAX).sub_(lo)  # hi - lo, exact
+    # p where step > 0; 0 where saturated (0 / 0 or x / 0 there) and for NaN
+    p = (a - lo).div_(step).nan_to_num_(nan=0.0, posinf=0.0)
     if draws is None:
         draws = torch.rand(v.shape, generator=generator, dtype=torch.float32, device=v.device)
-    q = torch.where(torch.isnan(v), v, torch.copysign(torch.where(draws < p, hi, lo), v))
+    # lo + step * up is hi or lo exactly; NaN stays NaN (lo is NaN there)
+    q = torch.copysign(lo + step * (draws < p), v)
     if not with_variance:
         return q
-    return q, torch.where(torch.isnan(v), v, p * (1.0 - p) * (step * step))
+    return q, p * (1.0 - p) * (step * step)
 
 
 def _fake_quantize(x: torch.Tensor, block_rows: int, rounding: str,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 
 import pytest
 import torch
@@ -115,14 +116,37 @@ def test_e2m1_rne_is_torchaos_and_the_reference():
     v = torch.cat([v, -v])
     assert torch.equal(bits(q.e2m1_round_nearest_even(v)), bits(ref_e2m1(v.double()).float()))
     assert q.e2m1_round_nearest_even(mids).tolist() == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0]
+    # torchao's encoder and decoder, on every 251st fp32 bit pattern of
+    # magnitude up to 6 (both signs: 8.7 million values; every one of them was
+    # checked once, 2026-11-29), the binade edges and beyond 6 (saturates)
+    from torchao.prototype.mx_formats.kernels import f32_to_f4_unpacked, f4_unpacked_to_f32
+    six = int(torch.tensor(6.0).view(torch.int32))
+    m = torch.arange(0, six + 1, 251, dtype=torch.int64).to(torch.int32).view(torch.float32)
+    edges = torch.tensor([2.0 ** -149, 2.0 ** -126, 0.5, 1.0, 2.0, 4.0, 6.0, 6.5, 7.0, 1e30, float("inf")])
+    m = torch.cat([m, edges, torch.nextafter(edges, torch.zeros_like(edges))])
+    for x in (m, -m):
+        assert torch.equal(bits(q.e2m1_round_nearest_even(x)), bits(f4_unpacked_to_f32(f32_to_f4_unpacked(x))))
+    assert torch.isnan(q.e2m1_round_nearest_even(torch.tensor([float("nan")]))).all()  # torchao's: 1.5
+
+
+@pytest.mark.skipif(os.environ.get("GNMR_EXHAUSTIVE") != "1", reason="about two minutes: GNMR_EXHAUSTIVE=1 runs it")
+def test_e2m1_rne_is_torchaos_on_every_fp32_up_to_6():
+    """Every fp32 value of magnitude up to 6, both signs (2.17 billion), in
+    chunks of 2**24: ours and torchao's encoder and decoder, bit for bit."""
+    from torchao.prototype.mx_formats.kernels import f32_to_f4_unpacked, f4_unpacked_to_f32
+    six = int(torch.tensor(6.0).view(torch.int32))
+    for start in range(0, six + 1, 1 << 24):
+        m = torch.arange(start, min(start + (1 << 24), six + 1), dtype=torch.int64).to(torch.int32).view(torch.float32)
+        for x in (m, -m):
+            assert torch.equal(bits(q.e2m1_round_nearest_even(x)), bits(f4_unpacked_to_f32(f32_to_f4_unpacked(x)))), start
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_1d_blocks_torchao_ours_and_reference_agree_bit_for_bit(seed):
     x = hard_tensor(32, 256, seed)
     ref = ref_quantize(x, 1)
-    ao = q.quantize_1d(x)                            # torchao's to_nvfp4 / dequantize
-    ours = q.quantize_1d(x, use_torchao=False)
+    ao = q.quantize_1d(x, use_torchao=True)          # torchao's to_nvfp4 / dequantize
+    ours = q.quantize_1d(x)
     assert torch.equal(bits(ao), bits(ref)) and torch.equal(bits(ours), bits(ref))
     assert torch.all(ao[0, :16] == 0) and torch.all(ao[1, 16:32] == 0)
     assert saturated(x, 1) > 50 and torch.isfinite(ao).all()

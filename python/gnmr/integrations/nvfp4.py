@@ -15,7 +15,7 @@ Every :class:`NVFP4Linear` computes its three GEMMs on NVFP4 operands
 (docs/record/nvfp4.md):
 
 * forward ``y = x W^T``: x in 1x16 blocks along K, round-to-nearest-even
-  (torchao's ``NVFP4Tensor.to_nvfp4``); W in 16x16 blocks (RNE);
+  (the bits of torchao's ``NVFP4Tensor.to_nvfp4``); W in 16x16 blocks (RNE);
 * input gradient ``dX = dY W``: dY in 1x16 blocks along N with stochastic
   rounding; the same 16x16-block W as the forward;
 * weight gradient ``dW = dY^T X``: both operands along the tokens (M), each
@@ -92,7 +92,7 @@ class _NVFP4LinearFn(torch.autograd.Function):
     def forward(ctx, x, weight, bias, layer):
         n, k = weight.shape
         x2 = x.reshape(-1, k)
-        xq = quantize_1d(pad_to_blocks(x2.float()))                     # M x Kp, RNE (torchao)
+        xq = quantize_1d(pad_to_blocks(x2.float()))                     # M x Kp, RNE (torchao's bits)
         w = weight.float()
         if layer.recipe.weight_blocks_2d:
             wq = quantize_2d(pad_to_blocks(w, BLOCK, BLOCK))             # Np x Kp

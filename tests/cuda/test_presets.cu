@@ -72,8 +72,12 @@ void run_preset(const std::string& name, std::size_t units = 0, int steps_ = 0) 
       std::vector<float> dax(n);
       CK(cudaMemcpy(dax.data(), dev->aux_norms(), n * sizeof(float), cudaMemcpyDeviceToHost));
       for (std::size_t i = 0; i < n; ++i) bad += !same_bits(dax[i], host->aux_norms()[i]);
+      const std::vector<float> copied = dev->copy_aux_norms();  // the blocking copy: the same bits
+      EXPECT(copied.size() == n, "%s: copy_aux_norms() size %zu", name.c_str(), copied.size());
+      for (std::size_t i = 0; i < n && i < copied.size(); ++i) bad += !same_bits(copied[i], dax[i]);
     } else {
       EXPECT(dev->aux_norms() == nullptr, "%s: aux_norms() of a controller that reads no aux", name.c_str());
+      EXPECT(dev->copy_aux_norms().empty(), "%s: copy_aux_norms() of a controller that reads no aux", name.c_str());
     }
     acted += host->summary().triggered + host->summary().skip_step;
     if (resumed) {

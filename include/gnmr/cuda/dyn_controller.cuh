@@ -50,6 +50,9 @@ class DynDeviceController {
   // per unit (DeviceController::aux_norms); null where the trigger reads no
   // aux.
   virtual const float* aux_norms() const { return nullptr; }
+  // The same, copied to the host (blocking; empty where the trigger reads
+  // no aux).
+  virtual std::vector<float> copy_aux_norms() const { return {}; }
 
   // Device arrays, valid once the step that wrote them has run.
   virtual const UnitDecision* decisions() const = 0;

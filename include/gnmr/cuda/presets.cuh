@@ -72,6 +72,7 @@ class DeviceDynAdapter final : public DynDeviceController {
   }
   bool needs_aux() const override { return Device::needs_aux(); }
   const float* aux_norms() const override { return dev_.aux_norms(); }
+  std::vector<float> copy_aux_norms() const override { return dev_.copy_aux_norms(); }
   const UnitDecision* decisions() const override { return dev_.decisions(); }
   const UnitReport* reports() const override { return dev_.reports(); }
   const StepSummary* summary() const override { return dev_.summary(); }

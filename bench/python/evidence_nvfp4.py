@@ -6,15 +6,17 @@ docs/data/evidence/nvfp4-arms.csv once every report seed is complete:
     cp build/nvfp4-arms/report/results.csv docs/data/evidence/nvfp4-arms.csv
     python3 bench/python/evidence.py --write docs/evidence.md
 
-A room of evidence.py: it computes with that module's own statistics and
-formats (passed in as `ev`, so the intervals are compare_verdicts.boot's and
-the gap closed is evidence.boot_ratio's ratio of means, as the page
-documents), and gives "awaiting the report runs" with the command until the
-data set is complete (never a partial figure). Standard library only.
+A room of evidence.py: it computes with evidence_base.py's statistics and
+formats (the intervals are compare_verdicts.boot's and the gap closed is
+boot_ratio's ratio of means, as the page documents), and gives "awaiting
+the report runs" with the command until the data set is complete (never a
+partial figure). Standard library only.
 """
 from __future__ import annotations
 
 import math
+
+import evidence_base as ev
 
 DATA_FILE = "nvfp4-arms.csv"
 SEEDS = range(201, 221)
@@ -48,7 +50,7 @@ def awaiting():
     return f"*awaiting the report runs* (`{QUEUE}`, then `cp build/nvfp4-arms/report/results.csv docs/data/evidence/{DATA_FILE}`)"
 
 
-def data(ev, root=None):
+def data(root=None):
     """{label: {seed: row}} when every label has every report seed, else None."""
     rows = ev.read(DATA_FILE, root)
     if not rows:
@@ -65,8 +67,8 @@ def losses(by, k):
     return {s: float(r["final_loss"]) for s, r in by[k].items()}
 
 
-def figures(ev, root=None):
-    by = data(ev, root)
+def figures(root=None):
+    by = data(root)
     if by is None:
         return {"nvfp4-table": awaiting(), "nvfp4-verdict": awaiting()}
     low, high = losses(by, "low"), losses(by, "high")

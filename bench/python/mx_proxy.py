@@ -265,13 +265,30 @@ def run(arm: str, seed: int, a):
             "wall_s": round(wall_before + time.time() - t0, 1)}
 
 
+def max_rise(trace: Path, after: int = 100):
+    """The largest loss over its running minimum after step `after` (the
+    early descent excluded): how close a run came to the divergence rule's
+    10x. None without a trace."""
+    if not trace.exists():
+        return None
+    lo, worst = math.inf, 0.0
+    for r in csv.DictReader(open(trace)):
+        t, v = int(r["step"]), float(r["loss"])
+        if t > after and lo < math.inf:
+            worst = max(worst, v / lo)
+        lo = min(lo, v)
+    return worst
+
+
 def summary(path: Path) -> None:
     rows = list(csv.DictReader(open(path)))
     print(f"{'arm':16s} {'emulation':>9s} {'seed':>5s} {'diverged_at':>11s} {'final_loss':>11s} {'high %':>7s} "
-          f"{'grants':>6s} {'wall_s':>8s}")
+          f"{'grants':>6s} {'wall_s':>8s} {'max_rise':>8s}")
     for r in sorted(rows, key=lambda r: (r["arm"], r["emulation"], int(r["seed"]))):
+        rise = max_rise(path.parent / "traces" / f"{run_name(r['arm'], r['emulation'], int(r['seed']))}.csv")
         print(f"{r['arm']:16s} {r['emulation']:>9s} {r['seed']:>5s} {r['diverged_at'] or '-':>11s} "
-              f"{r['final_loss']:>11s} {100 * float(r['high_share']):7.3f} {r['grants']:>6s} {r['wall_s']:>8s}")
+              f"{r['final_loss']:>11s} {100 * float(r['high_share']):7.3f} {r['grants']:>6s} {r['wall_s']:>8s} "
+              f"{'-' if rise is None else f'{rise:.2f}':>8s}")
 
 
 def parser() -> argparse.ArgumentParser:

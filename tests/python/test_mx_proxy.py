@@ -132,3 +132,15 @@ def test_a_short_run_of_every_arm_writes_the_documented_results(tmp_path):
     r2 = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r2.returncode == 0 and len(list(csv.DictReader(open(tmp_path / "results.csv")))) == len(rows)
     assert os.path.exists(tmp_path / "results.csv")
+
+
+def test_max_rise_is_the_largest_loss_over_its_running_minimum_after_the_descent(tmp_path):
+    import mx_proxy
+    trace = tmp_path / "low-1.csv"
+    losses = [10.0, 5.0, 1.0, 3.0, 0.5, 0.6, 1.4, 0.4, 0.9]
+    trace.write_text("step,loss\n" + "".join(f"{t},{v}\n" for t, v in enumerate(losses, 1)))
+    # after step 4: the running minimum is 1.0 from step 3, then 0.5, then 0.4;
+    # the worst is step 7's 1.4 / 0.5
+    assert mx_proxy.max_rise(trace, after=4) == pytest.approx(2.8)
+    assert mx_proxy.max_rise(trace, after=0) == pytest.approx(3.0)  # step 4's 3.0 over step 3's 1.0
+    assert mx_proxy.max_rise(tmp_path / "missing.csv") is None

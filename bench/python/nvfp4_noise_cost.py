@@ -3,9 +3,12 @@
 weight-gradient path of one NVFP4Linear backward (quantize dY^T with
 stochastic rounding and X^T to nearest, then the GEMM) with and without the
 per-element variance and its two reductions; the bits of dW are checked to
-be the same. Median of 15 timed calls after 3 warm-ups, one thread.
+be the same. CPU time of this process (time.process_time: what other work
+on the machine does not inflate as much as wall time), the two paths called
+alternately, medians of --calls calls each (31) after 3 warm-ups, one
+thread.
 
-    python bench/python/nvfp4_noise_cost.py [--tokens 2048] [--out 256] [--in 256] [--repeat 3]
+    python bench/python/nvfp4_noise_cost.py [--tokens 2048] [--out 256] [--in 256] [--repeat 3] [--calls 31]
 """
 from __future__ import annotations
 
@@ -22,7 +25,8 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=2048)
     ap.add_argument("--out", type=int, default=256)
     ap.add_argument("--in", dest="inp", type=int, default=256)
-    ap.add_argument("--repeat", type=int, default=3, help="measurements, each a median of 15 calls")
+    ap.add_argument("--repeat", type=int, default=3, help="measurements, each the medians of --calls alternated calls")
+    ap.add_argument("--calls", type=int, default=31, help="timed calls of each path a measurement")
     a = ap.parse_args()
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
@@ -38,19 +42,19 @@ def main() -> None:
         xq = q.quantize_1d(xt)
         return dq @ xq.t(), (var.sum(0) * (xq * xq).sum(0)).sum()
 
-    def median(f):
-        ts = []
-        for _ in range(18):
-            t0 = time.perf_counter()
-            f()
-            ts.append(time.perf_counter() - t0)
-        ts = sorted(ts[3:])
-        return ts[len(ts) // 2]
+    def medians():
+        tp, tn = [], []
+        for _ in range(a.calls + 3):
+            for f, ts in ((plain, tp), (with_noise, tn)):
+                t0 = time.process_time()
+                f()
+                ts.append(time.process_time() - t0)
+        return [sorted(ts[3:])[len(ts[3:]) // 2] for ts in (tp, tn)]
 
     if not torch.equal(plain(), with_noise()[0]):
         raise SystemExit("nvfp4_noise_cost: the weight gradient changed with the estimate")
     for _ in range(a.repeat):
-        p, n = median(plain), median(with_noise)
+        p, n = medians()
         print(f"tokens {a.tokens} out {a.out} in {a.inp}: wgrad path {p * 1e3:.1f} ms, "
               f"with the noise estimate {n * 1e3:.1f} ms ({(n / p - 1) * 100:+.1f}%)")
 

@@ -274,7 +274,7 @@ def max_rise(trace: Path, after: int = 100):
     lo, worst = math.inf, 0.0
     for r in csv.DictReader(open(trace)):
         t, v = int(r["step"]), float(r["loss"])
-        if t > after and lo < math.inf:
+        if t > after and 0.0 < lo < math.inf:
             worst = max(worst, v / lo)
         lo = min(lo, v)
     return worst

@@ -28,6 +28,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="measurements, each the medians of --calls alternated calls")
     ap.add_argument("--calls", type=int, default=31, help="timed calls of each path a measurement")
     a = ap.parse_args()
+    if a.calls < 1 or a.repeat < 1:
+        ap.error("--calls and --repeat must be positive")
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
     dyt = torch.randn(a.out, a.tokens, generator=g)

@@ -129,6 +129,34 @@ def test_e2m1_rne_is_torchaos_and_the_reference():
     assert torch.isnan(q.e2m1_round_nearest_even(torch.tensor([float("nan")]))).all()  # torchao's: 1.5
 
 
+def test_a_tiny_tensor_keeps_its_zeros_and_other_float_types_are_read_as_fp32():
+    """amax below about 5e-34: the encode factor of a block clamped at 2**-6
+    overflows, and 0 * inf would turn the block's zeros (the padding's too)
+    into NaN; they stay 0, the other elements are torchao's (1-D) or the
+    reference's (2-D). And the roundings read any float dtype as its fp32
+    values."""
+    for amax in (1e-35, 1e-36, 1e-40):
+        x = torch.zeros(16, 32)
+        x[0, 0], x[3, 17], x[9, 5] = amax, -amax / 3, amax / 7
+        for got in (q.quantize_1d(x), q.quantize_1d(x, "sr", torch.Generator().manual_seed(1)), q.quantize_2d(x)):
+            assert torch.isfinite(got).all()
+            assert torch.equal(got[x == 0], torch.zeros_like(got[x == 0]))
+        ao = q.quantize_1d(x, use_torchao=True)
+        assert torch.equal(bits(q.quantize_1d(x)[x != 0]), bits(ao[x != 0]))
+        assert torch.equal(bits(q.quantize_2d(x)[x != 0]), bits(ref_quantize(x, 16)[x != 0]))
+    # a NaN or inf still reaches every output, through the tensor scale
+    for bad in (float("nan"), float("inf")):
+        x = torch.randn(16, 32)
+        x[2, 3] = bad
+        assert not torch.isfinite(q.quantize_1d(x)).any() and not torch.isfinite(q.quantize_2d(x)).any()
+    v = torch.linspace(-7, 7, 97)
+    u = torch.rand(v.shape, generator=torch.Generator().manual_seed(2))
+    for dt in (torch.bfloat16, torch.float16, torch.float64):
+        vd = v.to(dt)
+        assert torch.equal(q.e2m1_round_nearest_even(vd), q.e2m1_round_nearest_even(vd.float()))
+        assert torch.equal(q.e2m1_round_stochastic(vd, draws=u), q.e2m1_round_stochastic(vd.float(), draws=u))
+
+
 @pytest.mark.skipif(os.environ.get("GNMR_EXHAUSTIVE") != "1", reason="about two minutes: GNMR_EXHAUSTIVE=1 runs it")
 def test_e2m1_rne_is_torchaos_on_every_fp32_up_to_6():
     """Every fp32 value of magnitude up to 6, both signs (2.17 billion), in
@@ -218,8 +246,10 @@ def test_stochastic_rounding_at_the_edges_of_its_arithmetic():
     v = torch.cat([mag, -mag])
     for seed in range(4):
         u = torch.rand(v.shape, generator=torch.Generator().manual_seed(seed))
-        u[:8] = 0.0                    # the extremes of a draw: up whenever p > 0,
-        u[8:16] = 1.0 - 2.0 ** -24     # and down unless p is 1
+        n = len(g64)                   # mag: grid points, their upper, their lower neighbours
+        u[:n] = 0.0                    # the extremes of a draw: on the grid, p = 0: stays;
+        u[n:2 * n] = 0.0               # just above a grid point, p > 0 (tiny): up;
+        u[2 * n:3 * n] = 1.0 - 2.0 ** -24  # just below one, p = 1 - 2**-23 or so: down
         got, var = q.e2m1_round_stochastic(v, draws=u, with_variance=True)
         assert torch.equal(bits(got), bits(ref_sr(v.double(), u).float()))
         a = v.double().abs()

@@ -29,9 +29,12 @@ What is torchao's and what is ours:
   :func:`rht`): ours. tests/python/test_nvfp4.py checks each against a
   direct float64 reference, and torchao's 1-D path against both.
 
-One exception to "torchao's rule everywhere": a tensor whose amax is 0 gets
-the tensor scale 1 (torchao would divide 0 by 0); its values are all zero
-either way. A non-finite amax stays non-finite, so a NaN or inf in an
+Two exceptions to "torchao's rule everywhere": a tensor whose amax is 0
+gets the tensor scale 1 (torchao would divide 0 by 0); its values are all
+zero either way. And in a tensor whose amax is below about 5e-34 the encode
+factor of a block whose scale is clamped at 2**-6 overflows to inf, so a
+zero there would encode as 0 * inf = NaN: ours keeps it 0, torchao's
+encoder maps that NaN to 1.5 (a value out of nothing). A non-finite amax stays non-finite, so a NaN or inf in an
 operand reaches the GEMM's output (gnmr counts it; nothing hides it).
 """
 from __future__ import annotations
@@ -109,6 +112,7 @@ def e2m1_round_nearest_even(v: torch.Tensor) -> torch.Tensor:
     code: 0, 1, 2, 4). Checked against torchao's on every fp32 value of
     magnitude up to 6, both signs (tests/python/test_nvfp4.py samples them);
     several times faster on a CPU. NaN stays NaN."""
+    v = v.float()  # the bit arithmetic below reads fp32 (another float dtype is converted)
     a = v.abs().clamp_(max=F4_E2M1_MAX)
     spacing = _e2m1_spacing(a)
     return torch.copysign(torch.round(a / spacing).mul_(spacing), v)
@@ -130,6 +134,7 @@ def e2m1_round_stochastic(v: torch.Tensor, generator: Optional[torch.Generator] 
     E[(q - v)^2] = p (1 - p) (hi - lo)^2 = (hi - |v|)(|v| - lo) (0 on the
     grid and where |v| saturates; NaN for NaN), computed from the same lo, hi
     and p, without another draw; the rounded values are the same bits."""
+    v = v.float()  # the bit arithmetic below reads fp32 (another float dtype is converted)
     a = v.abs()
     # lo, hi: the grid points around |v|, found by arithmetic on the bits,
     # not by a search or a select (the same values, several times faster on
@@ -162,7 +167,13 @@ def _fake_quantize(x: torch.Tensor, block_rows: int, rounding: str,
         pts = tensor_scale(x)
     xb = x.reshape(r // block_rows, block_rows, c // BLOCK, BLOCK)
     s, enc = block_scales(xb.abs().amax(dim=(1, 3), keepdim=True), pts)
-    v = torch.clamp(xb * enc, -F4_E2M1_MAX, F4_E2M1_MAX).reshape(r, c)
+    # A tensor whose amax is below about 5e-34 overflows the encode factor
+    # of a block whose scale is clamped at 2**-6 (enc = inf): its zeros (the
+    # padding's too) would become 0 * inf = NaN. They are zeros: v = 0
+    # there (torchao's encoder turns that NaN into 1.5, a finite value out
+    # of nothing). A NaN or inf in x still reaches the output, through the
+    # tensor scale (amax is non-finite, so every pts * s_b is).
+    v = torch.clamp(xb * enc, -F4_E2M1_MAX, F4_E2M1_MAX).nan_to_num_(nan=0.0).reshape(r, c)
     if rounding == "rne":
         q = e2m1_round_nearest_even(v)
     elif rounding == "sr":

@@ -48,6 +48,7 @@ def _layer_and_grads(coherent: bool, seed: int = 0):
     torch.manual_seed(seed)
     lin = torch.nn.Linear(32, 48)
     layer = nvfp4.convert_to_nvfp4_training(torch.nn.Sequential(lin), seed=seed)[0]
+    nvfp4.track_noise(layer)
     x = torch.randn(64, 32)
     # Coherent: every token pushes the weight the same way (a large mean
     # gradient); incoherent: random signs per token, whose sum cancels and
@@ -96,6 +97,7 @@ def test_controller_promotes_the_units_under_their_floor():
     a = torch.nn.Linear(32, 48, bias=False)
     b = torch.nn.Linear(32, 48, bias=False)
     model = nvfp4.convert_to_nvfp4_training(torch.nn.ModuleDict({"a": a, "b": b}), seed=1)
+    nvfp4.track_noise(model)
     la, lb = model["a"], model["b"]
     ctl = gnmr.Controller({"a": [la.weight], "b": [lb.weight]}, preset="gnmr-noise-floor",
                           warmup=0, max_o=2)
@@ -161,6 +163,7 @@ def test_a_noise_floor_run_resumes_bit_for_bit():
         # times their rounding noise, so units cross the floor and the run
         # has promotions to carry across the checkpoint.
         ctl = gnmr.Controller(model, "gnmr-noise-floor", warmup=1, max_o=1, lock=2, noise_c=12.0)
+        nvfp4.track_noise(model)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
         return model, ctl, opt
 
@@ -198,6 +201,7 @@ def test_a_noise_floor_run_resumes_bit_for_bit():
 def test_set_aux_feeds_the_guarded_adamw_step():
     torch.manual_seed(0)
     model = nvfp4.convert_to_nvfp4_training(torch.nn.Sequential(torch.nn.Linear(32, 32)), seed=3)
+    nvfp4.track_noise(model)
     ctl = gnmr.Controller(model, "gnmr-noise-floor", warmup=0)
     opt = gnmr.optim.AdamW(model.parameters(), lr=1e-3, controller=ctl)
     x, y = torch.randn(16, 32), torch.randn(16, 32)
@@ -213,3 +217,38 @@ def test_set_aux_feeds_the_guarded_adamw_step():
     assert ctl.steps_done == 1 and not torch.equal(model[0].weight, w)
     with pytest.raises(RuntimeError):  # used by that step only
         opt.step()
+
+
+def test_a_layer_computes_its_noise_only_while_it_tracks_it():
+    """Untracked (the default), a layer adds up no noise and gives the same
+    gradients; noise_partials then refuses, naming the layer, before taking
+    anything. enable_promotion turns tracking on for a controller that reads
+    aux, not for one that does not."""
+    from gnmr.integrations import torchao as gnmr_ao
+
+    def run(track):
+        layer, x, gy = _layer_and_grads(False)
+        nvfp4.track_noise(layer, track)
+        nvfp4.set_step(layer, 3)
+        (layer(x) * gy).sum().backward()
+        return layer, layer.weight.grad.clone()
+
+    on, g_on = run(True)
+    off, g_off = run(False)
+    assert torch.equal(g_on, g_off)  # the estimate changes no bit
+    assert on.nvfp4_noise.item() > 0 and off.nvfp4_noise.item() == 0.0
+    model = torch.nn.Sequential(off)
+    ctl = gnmr.Controller({"w": [off.weight]}, preset="gnmr-noise-floor")
+    with pytest.raises(RuntimeError, match="track_noise"):
+        nvfp4.noise_partials(model, ctl)
+    assert nvfp4.track_noise(model) == 1 and off.nvfp4_track_noise
+
+    def converted():
+        torch.manual_seed(0)
+        return nvfp4.convert_to_nvfp4_training(torch.nn.Sequential(torch.nn.Linear(32, 32)), seed=1)
+
+    for preset, tracks in (("gnmr-noise-floor", True), ("default", False)):
+        m = converted()
+        assert not m[0].nvfp4_track_noise
+        gnmr_ao.enable_promotion(m, gnmr.Controller(gnmr_ao.operator_units(m), preset))
+        assert m[0].nvfp4_track_noise == tracks

@@ -38,6 +38,14 @@ resumed from a checkpoint of the model continues bit for bit whether or not
 the loop sets the step. Re-create the model with the same ``seed`` and the
 same module paths.
 
+**The noise estimate** (for the preset ``gnmr-noise-floor``): a layer
+that tracks its noise (:func:`track_noise`; ``enable_promotion`` turns it
+on for a controller that reads aux) also adds up, on each backward, the
+expected squared norm of the noise its weight-gradient rounding added;
+:func:`noise_partials` hands it to the controller. A layer that does not
+track it computes nothing extra (the estimate costs about a quarter of the
+weight-gradient path in this emulation) and gives the same gradients.
+
 **Promotion.** :func:`gnmr.integrations.torchao.operator_units` and
 ``enable_promotion`` treat NVFP4Linear as they treat torchao's Float8Linear
 and MXFP8Linear: a granted layer runs ``F.linear`` on its high-precision
@@ -134,7 +142,7 @@ class _NVFP4LinearFn(torch.autograd.Function):
                 q = _hadamard(layer.nvfp4_seed, dy.device)
                 dyt, xt = rht(dyt, q), rht(xt, q)
             xq = quantize_1d(xt)
-            if rounding == "sr":
+            if rounding == "sr" and layer.nvfp4_track_noise:
                 # The same bits as quantize_1d(dyt, "sr", ...), and each
                 # element's rounding variance V: the noise the rounding adds
                 # to dW = q(dY^T) q(X^T)^T has E||e||^2 = sum_t (sum_n V[n,t])
@@ -167,8 +175,10 @@ class NVFP4Linear(torch.nn.Linear):
         self.nvfp4_micro = 0
         # E||e||^2 of the stochastic-rounding noise in the weight gradient,
         # summed over the backward passes since the last set_step() or
-        # noise_partials(); 0 with round-to-nearest gradients (no noise).
+        # noise_partials(), while the layer tracks it (track_noise); 0 with
+        # round-to-nearest gradients (no noise).
         self.nvfp4_noise = torch.zeros((), dtype=torch.float32)
+        self.nvfp4_track_noise = False
 
     @classmethod
     def from_linear(cls, linear: torch.nn.Linear, *, recipe: Optional[NVFP4Recipe] = None, seed: int = 0,
@@ -246,6 +256,22 @@ def set_step(model: torch.nn.Module, step: int) -> None:
             m.nvfp4_noise = torch.zeros_like(m.nvfp4_noise)
 
 
+def track_noise(model: torch.nn.Module, on: bool = True) -> int:
+    """Whether every NVFP4Linear of ``model`` adds up its weight gradient's
+    rounding noise on each backward (for :func:`noise_partials`); off, it
+    computes nothing extra. ``enable_promotion(model, ctl)`` turns it on
+    when ``ctl`` reads aux. Changes no gradient bit either way. Returns the
+    number of layers set."""
+    n = 0
+    for m in model.modules():
+        if isinstance(m, NVFP4Linear):
+            m.nvfp4_track_noise = bool(on)
+            if not on:
+                m.nvfp4_noise = torch.zeros_like(m.nvfp4_noise)
+            n += 1
+    return n
+
+
 def noise_partials(model: torch.nn.Module, controller) -> torch.Tensor:
     """Each unit's quantization noise for ``controller.step(aux=...)``
     (the preset ``gnmr-noise-floor``): a float32 tensor of
@@ -255,13 +281,22 @@ def noise_partials(model: torch.nn.Module, controller) -> torch.Tensor:
     rounding added this step (a sum of squares, as the gradient partials
     are). Read from what the backward passes accumulated, then restarted;
     no synchronisation. Units with no NVFP4 weight (or promoted this step:
-    no rounding) get 0, which the trigger never judges."""
+    no rounding) get 0, which the trigger never judges. RuntimeError, before
+    anything is taken, if a layer a unit watches does not track its noise
+    (:func:`track_noise`): its 0 would read as "no noise"."""
     out = torch.zeros(controller.num_units, dtype=torch.float32, device=controller.device)
-    for m in nvfp4_modules(model).values():
+    watched = []
+    for path, m in nvfp4_modules(model).items():
         try:
             u = controller.unit_of(m.weight)
         except ValueError:
             continue
+        if not m.nvfp4_track_noise:
+            raise RuntimeError(f"gnmr.nvfp4: noise_partials: layer {path!r} does not track its noise; call "
+                               "nvfp4.track_noise(model) before the first backward (enable_promotion(model, ctl) "
+                               "does it for a controller that reads aux)")
+        watched.append((u, m))
+    for u, m in watched:
         out[u] += m.nvfp4_noise.to(out.device)
         m.nvfp4_noise = torch.zeros_like(m.nvfp4_noise)
     return out

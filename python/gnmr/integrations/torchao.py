@@ -147,7 +147,11 @@ def enable_promotion(model: torch.nn.Module, controller: Controller) -> List[str
     """Makes every ``Float8Linear`` of ``model`` whose unit (by path, as
     :func:`operator_units` names it) the controller watches run in high
     precision while that unit carries PROMOTE. Returns the paths switched.
-    ValueError if a layer's unit is unknown to the controller."""
+    ValueError if a layer's unit is unknown to the controller. For a
+    controller that reads aux (``gnmr-noise-floor``), the model's NVFP4
+    layers also start tracking their rounding noise
+    (``gnmr.integrations.nvfp4.track_noise``), which ``noise_partials``
+    reads."""
     names = set(controller.unit_names)
     done = []
     for path, mod in float8_modules(model).items():
@@ -157,6 +161,9 @@ def enable_promotion(model: torch.nn.Module, controller: Controller) -> List[str
         setattr(mod, _PATCHED, (controller, path))
         mod.forward = _dispatch.__get__(mod, type(mod))  # an instance attribute: the class is untouched
         done.append(path)
+    if NVFP4Linear is not None and controller.needs_aux:
+        from .nvfp4 import track_noise
+        track_noise(model)
     return done
 
 

@@ -50,14 +50,27 @@ def ref_e2m1(v):
     return torch.copysign(GRID[idx], v)
 
 
-def ref_sr(v, u):
-    """Stochastic rounding with given draws u: up iff u < position."""
-    a = v.abs()
+def ref_neighbours(a):
+    """(lo, hi, p) for |v| = a (float64): the grid points around it (by a
+    search) and the position between them (0 on the grid and past 6)."""
     lo_i = (a.unsqueeze(-1) >= GRID).sum(-1) - 1
     lo = GRID[lo_i]
     hi = GRID[(lo_i + 1).clamp(max=7)]
-    p = torch.where(hi > lo, (a - lo) / (hi - lo), torch.zeros_like(a))
+    return lo, hi, torch.where(hi > lo, (a - lo) / (hi - lo), torch.zeros_like(a))
+
+
+def ref_sr(v, u):
+    """Stochastic rounding with given draws u: up iff u < position."""
+    lo, hi, p = ref_neighbours(v.abs())
     return torch.copysign(torch.where(u.double() < p, hi, lo), v)
+
+
+def assert_torchaos_rne(m):
+    """Our nearest-even E2M1 rounding is torchao's encoder and decoder, bit
+    for bit, on m and -m."""
+    from torchao.prototype.mx_formats.kernels import f32_to_f4_unpacked, f4_unpacked_to_f32
+    for x in (m, -m):
+        assert torch.equal(bits(q.e2m1_round_nearest_even(x)), bits(f4_unpacked_to_f32(f32_to_f4_unpacked(x))))
 
 
 def ref_quantize(x, block_rows, u=None):
@@ -119,13 +132,10 @@ def test_e2m1_rne_is_torchaos_and_the_reference():
     # torchao's encoder and decoder, on every 251st fp32 bit pattern of
     # magnitude up to 6 (both signs: 8.7 million values; every one of them was
     # checked once, 2026-11-29), the binade edges and beyond 6 (saturates)
-    from torchao.prototype.mx_formats.kernels import f32_to_f4_unpacked, f4_unpacked_to_f32
     six = int(torch.tensor(6.0).view(torch.int32))
     m = torch.arange(0, six + 1, 251, dtype=torch.int64).to(torch.int32).view(torch.float32)
     edges = torch.tensor([2.0 ** -149, 2.0 ** -126, 0.5, 1.0, 2.0, 4.0, 6.0, 6.5, 7.0, 1e30, float("inf")])
-    m = torch.cat([m, edges, torch.nextafter(edges, torch.zeros_like(edges))])
-    for x in (m, -m):
-        assert torch.equal(bits(q.e2m1_round_nearest_even(x)), bits(f4_unpacked_to_f32(f32_to_f4_unpacked(x))))
+    assert_torchaos_rne(torch.cat([m, edges, torch.nextafter(edges, torch.zeros_like(edges))]))
     assert torch.isnan(q.e2m1_round_nearest_even(torch.tensor([float("nan")]))).all()  # torchao's: 1.5
 
 
@@ -161,12 +171,10 @@ def test_a_tiny_tensor_keeps_its_zeros_and_other_float_types_are_read_as_fp32():
 def test_e2m1_rne_is_torchaos_on_every_fp32_up_to_6():
     """Every fp32 value of magnitude up to 6, both signs (2.17 billion), in
     chunks of 2**24: ours and torchao's encoder and decoder, bit for bit."""
-    from torchao.prototype.mx_formats.kernels import f32_to_f4_unpacked, f4_unpacked_to_f32
     six = int(torch.tensor(6.0).view(torch.int32))
     for start in range(0, six + 1, 1 << 24):
-        m = torch.arange(start, min(start + (1 << 24), six + 1), dtype=torch.int64).to(torch.int32).view(torch.float32)
-        for x in (m, -m):
-            assert torch.equal(bits(q.e2m1_round_nearest_even(x)), bits(f4_unpacked_to_f32(f32_to_f4_unpacked(x)))), start
+        assert_torchaos_rne(torch.arange(start, min(start + (1 << 24), six + 1),
+                                         dtype=torch.int64).to(torch.int32).view(torch.float32))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -252,11 +260,8 @@ def test_stochastic_rounding_at_the_edges_of_its_arithmetic():
         u[2 * n:3 * n] = 1.0 - 2.0 ** -24  # just below one, p = 1 - 2**-23 or so: down
         got, var = q.e2m1_round_stochastic(v, draws=u, with_variance=True)
         assert torch.equal(bits(got), bits(ref_sr(v.double(), u).float()))
-        a = v.double().abs()
-        lo_i = (a.unsqueeze(-1) >= GRID).sum(-1) - 1
-        lo, hi = GRID[lo_i], GRID[(lo_i + 1).clamp(max=7)]
-        p = torch.where(hi > lo, (a - lo) / (hi - lo), torch.zeros_like(a)).float()  # exact in fp32
-        step = (hi - lo).float()
+        lo, hi, p = ref_neighbours(v.double().abs())
+        p, step = p.float(), (hi - lo).float()  # exact in fp32
         assert torch.equal(bits(var), bits(p * (1 - p) * (step * step)))  # the rule's fp32 operations
     nan = torch.tensor([float("nan"), -float("nan")])
     got, var = q.e2m1_round_stochastic(nan, torch.Generator().manual_seed(0), with_variance=True)

@@ -34,8 +34,9 @@ gets the tensor scale 1 (torchao would divide 0 by 0); its values are all
 zero either way. And in a tensor whose amax is below about 5e-34 the encode
 factor of a block whose scale is clamped at 2**-6 overflows to inf, so a
 zero there would encode as 0 * inf = NaN: ours keeps it 0, torchao's
-encoder maps that NaN to 1.5 (a value out of nothing). A non-finite amax stays non-finite, so a NaN or inf in an
-operand reaches the GEMM's output (gnmr counts it; nothing hides it).
+encoder maps that NaN to 1.5 (a value out of nothing). A non-finite amax
+stays non-finite, so a NaN or inf in an operand reaches the GEMM's output
+(gnmr counts it; nothing hides it).
 """
 from __future__ import annotations
 
@@ -45,7 +46,6 @@ import torch
 import torch.nn.functional as F
 
 from torchao.prototype.mx_formats.constants import F4_E2M1_MAX, F8E4M3_MAX
-from torchao.prototype.mx_formats.kernels import f32_to_f4_unpacked, f4_unpacked_to_f32
 from torchao.prototype.mx_formats.nvfp4_tensor import NVFP4Tensor, per_tensor_amax_to_scale
 
 BLOCK = 16

@@ -50,9 +50,9 @@ except ImportError:  # pragma: no cover - an older torchao
     MXFP8Linear = None
 
 try:  # NVFP4 training, emulated (gnmr.integrations.nvfp4)
-    from .nvfp4 import NVFP4Linear
+    from .nvfp4 import NVFP4Linear, track_noise
 except ImportError:  # pragma: no cover - a torchao without NVFP4
-    NVFP4Linear = None
+    NVFP4Linear = track_noise = None
 
 # The low-precision linears gnmr promotes: each keeps its high-precision
 # weight and bias as nn.Linear's, so F.linear on them is the promoted path.
@@ -161,8 +161,7 @@ def enable_promotion(model: torch.nn.Module, controller: Controller) -> List[str
         setattr(mod, _PATCHED, (controller, path))
         mod.forward = _dispatch.__get__(mod, type(mod))  # an instance attribute: the class is untouched
         done.append(path)
-    if NVFP4Linear is not None and controller.needs_aux:
-        from .nvfp4 import track_noise
+    if track_noise is not None and controller.needs_aux:
         track_noise(model)
     return done
 

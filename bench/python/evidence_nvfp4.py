@@ -121,5 +121,26 @@ def figures(root=None):
             "run-time promotion does not beat both the random choice and the static layers at any share "
             "(the protocol's condition for it to be worth its machinery)")
     d = ev.paired(losses(by, "default"), low)
-    verdict = f"{head}: " + "; ".join(parts) + f"; `default` − `low` {ev.ci(*d[:3])}"
+    verdict = f"{head}: " + "; ".join(parts) + f"; `default` − `low` {ev.ci(*d[:3])}. " + enough(by, gap[0])
     return {"nvfp4-table": table, "nvfp4-verdict": verdict}
+
+
+def enough(by, gap):
+    """The protocol's seed rule: more than the 20 report seeds if the
+    interval of noise-floor - static-layers at S is wider than a tenth of
+    the low-high gap. Says whether it is met and, where not, about how many
+    seeds the same spread would need (the width shrinks as 1/sqrt(n))."""
+    n = len(SEEDS)
+    widths = {}
+    for c in ("", f"/c={C_DEV}"):
+        k = f"noise-floor{c}@{S_SLOTS}"
+        if k in by:
+            _, lo, hi = ev.paired(losses(by, k), losses(by, "static-layers"))[:3]
+            widths[k] = hi - lo
+    bar = gap / 10
+    said = ", ".join(f"`{k}` {w:.4f}" for k, w in widths.items())
+    if all(w <= bar for w in widths.values()):
+        return f"Seeds: the intervals of noise-floor − `static-layers` at S are {said} wide, within a tenth of the gap ({bar:.4f}): {n} seeds are enough by the protocol's rule."
+    need = max(math.ceil(n * (w / bar) ** 2) for w in widths.values())
+    return (f"Seeds: the intervals of noise-floor − `static-layers` at S are {said} wide, more than a tenth of the "
+            f"gap ({bar:.4f}), so the protocol's rule asks for more than {n} seeds; at this spread about {need}.")

@@ -109,6 +109,8 @@ def nvfp4_synthetic(tmp: Path) -> list:
         out.append(f"self-test: the NVFP4 figures of a complete synthetic data set are not figures: {full}")
     elif "beats both" not in full["nvfp4-verdict"]:
         out.append(f"self-test: the NVFP4 verdict misses a clear synthetic win: {full['nvfp4-verdict']}")
+    elif "Seeds: the intervals" not in full["nvfp4-verdict"]:
+        out.append(f"self-test: the NVFP4 verdict does not apply the protocol's seed rule: {full['nvfp4-verdict']}")
     short = write([r for r in rows if not (r["arm"] == "random" and r["max_o"] == 2 and r["seed"] == 220)])
     if not all(v.startswith("*awaiting") for v in short.values()):
         out.append("self-test: the NVFP4 figures of a data set one run short are not 'awaiting'")

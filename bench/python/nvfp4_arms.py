@@ -48,6 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import trainer_stability as ts  # noqa: E402  (the data and the bootstrap)
+import evidence_base as ev  # noqa: E402  (the page's ratio of means and its interval)
 
 ARMS = ("low", "high", "static-layers", "late-switch", "default", "noise-floor", "random")
 FIELDS = ["arm", "seed", "final_loss", "hp_share", "fired_share", "ops", "steps", "depth", "max_o", "noise_c",
@@ -244,11 +245,14 @@ def arm_rows(path: Path):
         if both and arm != "low":
             d = [float(by[arm][s]["final_loss"]) - float(low[s]["final_loss"]) for s in both]
             diff = (sum(d) / len(d),) + ts.bootstrap(d)
-            three = [s for s in both if s in high and float(low[s]["final_loss"]) != float(high[s]["final_loss"])]
-            if three:
-                gc = [(float(low[s]["final_loss"]) - float(by[arm][s]["final_loss"])) /
-                      (float(low[s]["final_loss"]) - float(high[s]["final_loss"])) for s in three]
-                closed = (sum(gc) / len(gc),) + ts.bootstrap(gc)
+            # The gap closed is docs/evidence.md's: the ratio of the means
+            # over the seeds, with evidence_base's paired resampling; a
+            # ratio per seed would blow up where a seed's own gap is near 0.
+            three = [s for s in both if s in high]
+            num = [float(low[s]["final_loss"]) - float(by[arm][s]["final_loss"]) for s in three]
+            den = [float(low[s]["final_loss"]) - float(high[s]["final_loss"]) for s in three]
+            if three and sum(den) != 0:
+                closed = (sum(num) / sum(den),) + ev.boot_ratio(num, den)
         out.append((arm, seeds, loss, share, sum(fv) / len(fv) if fv else None, diff, closed))
     gap = [float(low[s]["final_loss"]) - float(high[s]["final_loss"]) for s in sorted(low) if s in high]
     return out, gap

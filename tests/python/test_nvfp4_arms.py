@@ -82,6 +82,16 @@ def test_the_curve_is_drawn_from_paired_rows(tmp_path):
     assert gap == pytest.approx([0.03, 0.03])
     assert by["static-layers"][6][0] == pytest.approx(0.5)  # half the gap closed on both seeds
     assert by["noise-floor/c=8.1@14"][6][0] == pytest.approx(1 / 3)
+    # Seeds with unequal gaps: the ratio of the means (evidence.md's), not the
+    # mean of the ratios. Seed 1 closes 0.015 of 0.03, seed 2 none of 0.01.
+    with open(tmp_path / "results.csv", "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=na.FIELDS)
+        for arm, s, loss in (("low", 3, 2.53), ("high", 3, 2.50), ("late-switch", 3, 2.515),
+                             ("low", 4, 2.51), ("high", 4, 2.50), ("late-switch", 4, 2.51)):
+            w.writerow({"arm": arm, "seed": s, "final_loss": loss, "hp_share": 0, "max_o": "", "noise_c": ""})
+    out, _ = na.arm_rows(tmp_path / "results.csv")
+    late = {r[0]: r for r in out}["late-switch"]
+    assert late[6][0] == pytest.approx(0.015 / 0.04)  # mean of ratios would be 0.25
     png = tmp_path / "curve.png"
     na.plot(tmp_path / "results.csv", png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,6 +1,6 @@
 """evidence_nvfp4.py — the NVFP4 comparison's figures on docs/evidence.md
 (regions nvfp4-table and nvfp4-verdict), from the per-seed rows of the
-report queue (docs/record/nvfp4.md, "Protocol"), committed as
+report queue (docs/record/nvfp4-arms.md, "Protocol"), committed as
 docs/data/evidence/nvfp4-arms.csv once every report seed is complete:
 
     cp build/nvfp4-arms/report/results.csv docs/data/evidence/nvfp4-arms.csv

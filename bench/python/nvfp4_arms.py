@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """nvfp4_arms.py — run-time promotion against NVIDIA's static recipes at the
 same high-precision share, NVFP4 training emulated on the CPU. The protocol
-(written before any run) is docs/record/nvfp4.md, "Protocol: run-time
-promotion against the static recipes".
+(written before any run) is docs/record/nvfp4-arms.md, "Protocol".
 
 A Hugging Face Llama from its config (trainer_stability.py's: vocabulary
 256, hidden 64, 4 heads) at --depth blocks, trained on the fortunes text by
@@ -18,6 +17,9 @@ embeddings and norms high precision. Arms:
                  (default: static-layers' share, 2 / depth)
   default        the preset "default" over one unit per operator, its
                  promotions run in fp32 for their lock
+  stabilizer     the preset "stabilizer" over the same units: the default's
+                 per-unit gradient normalisation without its promotions
+                 (what the default's gain is made of; not a protocol arm)
   noise-floor    the preset "gnmr-noise-floor" (noise_c --noise-c, max_o
                  --max-o, lock 8) fed nvfp4.noise_partials each step
   random         --max-o operators drawn at random, in fp32, re-drawn every
@@ -50,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import trainer_stability as ts  # noqa: E402  (the data and the bootstrap)
 import evidence_base as ev  # noqa: E402  (the page's ratio of means and its interval)
 
-ARMS = ("low", "high", "static-layers", "late-switch", "default", "noise-floor", "random")
+ARMS = ("low", "high", "static-layers", "late-switch", "default", "stabilizer", "noise-floor", "random")
 FIELDS = ["arm", "seed", "final_loss", "hp_share", "fired_share", "ops", "steps", "depth", "max_o", "noise_c",
           "wall_s"]
 LOCK = 8
@@ -100,9 +102,9 @@ def run(arm: str, seed: int, a) -> dict:
     n_ops = len([p for p, _ in model.named_modules() if block_of(p) >= 0 and p.split(".")[-1].endswith("proj")])
 
     ctl = None
-    if arm in ("default", "noise-floor"):
+    if arm in ("default", "stabilizer", "noise-floor"):
         units = gnmr_ao.operator_units(model)
-        ctl = (gnmr.Controller(units, "default") if arm == "default" else
+        ctl = (gnmr.Controller(units, arm) if arm != "noise-floor" else
                gnmr.Controller(units, "gnmr-noise-floor", noise_c=a.noise_c_now, max_o=a.max_o_now, lock=LOCK))
         gnmr_ao.enable_promotion(model, ctl)
 
@@ -173,7 +175,7 @@ def run(arm: str, seed: int, a) -> dict:
             fired += ctl.step(opt, aux=aux).triggered
             if snr is not None and aux is not None:
                 # n / a per operator: the measured norm over the noise's
-                # (development runs choose noise_c on it; docs/record/nvfp4.md)
+                # (development runs choose noise_c on it; docs/record/nvfp4-arms.md)
                 nrm = ctl.reports()["norm"]
                 for u in range(len(nrm)):
                     if float(aux[u]) > 0.0:
@@ -274,7 +276,7 @@ def summary(path: Path) -> None:
 
 
 def plot(path: Path, png: Path) -> None:
-    """The curve (docs/record/nvfp4.md, "Protocol"): the gap closed against
+    """The curve (docs/record/nvfp4-arms.md, "Protocol"): the gap closed against
     the measured high-precision share, one line per arm family across its
     shares (an arm at one share is a point), 95% intervals as bars, drawn
     by gnuplot (Debian: gnuplot-nox)."""

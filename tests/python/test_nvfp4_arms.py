@@ -1,4 +1,4 @@
-"""bench/python/nvfp4_arms.py, the NVFP4 arms' harness (docs/record/nvfp4.md,
+"""bench/python/nvfp4_arms.py, the NVFP4 arms' harness (docs/record/nvfp4-arms.md,
 "Protocol"): a tiny queue of real runs writes one row a run, a second call
 runs nothing again (the resume the long queues rely on), the arms' labels
 keep shares and noise_c apart, and a bad arm is refused by name."""

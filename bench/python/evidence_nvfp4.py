@@ -46,6 +46,16 @@ def labels():
     return out
 
 
+EXPLORE_QUEUE = ('python bench/python/nvfp4_arms.py --seeds 201-220 --steps 600 --depth 6 --arms stabilizer '
+                 '--out build/nvfp4-arms/explore')
+
+
+def share_pct(x):
+    """A share as a percentage; one a hundredth of a per cent or less keeps
+    its first digit (a single lock on one seed is 0.002%), not 0.00%."""
+    return ev.pct(x) if x == 0 or x >= 1e-4 else f"{100 * x:.1g}%"
+
+
 def awaiting():
     return f"*awaiting the report runs* (`{QUEUE}`, then `cp build/nvfp4-arms/report/results.csv docs/data/evidence/{DATA_FILE}`)"
 
@@ -70,7 +80,7 @@ def losses(by, k):
 def figures(root=None):
     by = data(root)
     if by is None:
-        return {"nvfp4-table": awaiting(), "nvfp4-verdict": awaiting()}
+        return {"nvfp4-table": awaiting(), "nvfp4-verdict": awaiting(), "nvfp4-explore": awaiting()}
     low, high = losses(by, "low"), losses(by, "high")
     seeds = sorted(low)
     gap = ev.paired(low, high)
@@ -85,17 +95,24 @@ def figures(root=None):
         num = [low[s] - arm[s] for s in seeds]
         g = sum(num) / sum(den)
         lo, hi = ev.boot_ratio(num, den)
-        lines.append(f"| `{k}` | {ev.pct(share)} | {ev.ci(*d[:3])} | {ev.pct_ci(g, lo, hi)} |")
+        lines.append(f"| `{k}` | {share_pct(share)} | {ev.ci(*d[:3])} | {ev.pct_ci(g, lo, hi)} |")
     lines.append(f"\n`low` − `high` over seeds {ev.seed_range(seeds)}: {ev.ci(*gap[:3])}.")
+    st = losses(by, "static-layers")
+    lines.append(f"Against the static layers: `late-switch` − `static-layers` "
+                 f"{ev.ci(*ev.paired(losses(by, 'late-switch'), st)[:3])}, `default` − `static-layers` "
+                 f"{ev.ci(*ev.paired(losses(by, 'default'), st)[:3])}.")
+    fired = sum(float(r["hp_share"]) > 0 for r in by[f"noise-floor@{S_SLOTS}"].values())
+    lines.append(f"At √3 the noise-floor trigger promoted on {fired} of the {len(seeds)} seeds.")
     table = "\n".join(lines)
 
+    explore = explored(root, low, high)
     # The protocol's rule ("What counts"): at a share, noise-floor - random
     # and noise-floor - static-layers both below zero with intervals
     # excluding it. With no resolved gap, only the differences to low count.
     if ev.says(gap[1], gap[2]) != "higher":
         verdict = (f"the low–high gap is not resolved at this scale (`low` − `high` {ev.ci(*gap[:3])}); "
                    f"the arms are reported by their differences to `low` only")
-        return {"nvfp4-table": table, "nvfp4-verdict": verdict}
+        return {"nvfp4-table": table, "nvfp4-verdict": verdict, "nvfp4-explore": explore}
     parts, wins = [], []
     for c in ("", f"/c={C_DEV}"):
         for m in SHARES:
@@ -122,7 +139,27 @@ def figures(root=None):
             "(the protocol's condition for it to be worth its machinery)")
     d = ev.paired(losses(by, "default"), low)
     verdict = f"{head}: " + "; ".join(parts) + f"; `default` − `low` {ev.ci(*d[:3])}. " + enough(by, gap[0])
-    return {"nvfp4-table": table, "nvfp4-verdict": verdict}
+    return {"nvfp4-table": table, "nvfp4-verdict": verdict, "nvfp4-explore": explore}
+
+
+def explored(root, low, high):
+    """After the verdict, not part of it (docs/record/nvfp4-arms.md, "The
+    report"): the stabilizer arm on the report seeds, which tells the
+    default's promotions from its normalisation."""
+    rows = [r for r in ev.read(DATA_FILE, root) or [] if r["arm"] in ("stabilizer", "default")]
+    by = {}
+    for r in rows:
+        by.setdefault(r["arm"], {})[int(r["seed"])] = float(r["final_loss"])
+    if not set(SEEDS) <= set(by.get("stabilizer", {})):
+        return (f"*awaiting the runs* (`{EXPLORE_QUEUE}`, then its rows appended to "
+                f"`docs/data/evidence/{DATA_FILE}`)")
+    st = {s: by["stabilizer"][s] for s in SEEDS}
+    df = {s: by["default"][s] for s in SEEDS}
+    num = [low[s] - st[s] for s in SEEDS]
+    den = [low[s] - high[s] for s in SEEDS]
+    g, (lo, hi) = sum(num) / sum(den), ev.boot_ratio(num, den)
+    return (f"`stabilizer` − `low` {ev.ci(*ev.paired(st, low)[:3])} (gap closed {ev.pct_ci(g, lo, hi)}); "
+            f"`default` − `stabilizer` {ev.ci(*ev.paired(df, st)[:3])}, seeds {ev.seed_range(sorted(st))}")
 
 
 def enough(by, gap):

@@ -105,12 +105,20 @@ def nvfp4_synthetic(tmp: Path) -> list:
 
     out = []
     full = write(rows)
-    if any(v.startswith("*awaiting") for v in full.values()) or "noise-floor/c=8.1@14" not in full["nvfp4-verdict"]:
+    if any(v.startswith("*awaiting") for k, v in full.items() if k != "nvfp4-explore") or "noise-floor/c=8.1@14" not in full["nvfp4-verdict"]:
         out.append(f"self-test: the NVFP4 figures of a complete synthetic data set are not figures: {full}")
     elif "beats both" not in full["nvfp4-verdict"]:
         out.append(f"self-test: the NVFP4 verdict misses a clear synthetic win: {full['nvfp4-verdict']}")
     elif "Seeds: the intervals" not in full["nvfp4-verdict"]:
         out.append(f"self-test: the NVFP4 verdict does not apply the protocol's seed rule: {full['nvfp4-verdict']}")
+    if not full["nvfp4-explore"].startswith("*awaiting"):
+        out.append("self-test: the NVFP4 stabilizer region has figures without its runs")
+    stab = [dict(r, arm="stabilizer", final_loss=f"{float(r['final_loss']) - 0.01:.6f}") for r in rows if r["arm"] == "low"]
+    ex = write(rows + stab)["nvfp4-explore"]
+    if ex.startswith("*awaiting") or "−0.0100" not in ex:
+        out.append(f"self-test: the NVFP4 stabilizer region misreads its runs: {ex}")
+    if not write(rows + stab[:-1])["nvfp4-explore"].startswith("*awaiting"):
+        out.append("self-test: the NVFP4 stabilizer region has figures one run short")
     short = write([r for r in rows if not (r["arm"] == "random" and r["max_o"] == 2 and r["seed"] == 220)])
     if not all(v.startswith("*awaiting") for v in short.values()):
         out.append("self-test: the NVFP4 figures of a data set one run short are not 'awaiting'")

@@ -105,7 +105,7 @@ def figures(root=None):
     lines.append(f"At √3 the noise-floor trigger promoted on {fired} of the {len(seeds)} seeds.")
     table = "\n".join(lines)
 
-    explore = explored(root, low, high)
+    explore = explored(root, low, high, losses(by, "static-layers"))
     # The protocol's rule ("What counts"): at a share, noise-floor - random
     # and noise-floor - static-layers both below zero with intervals
     # excluding it. With no resolved gap, only the differences to low count.
@@ -142,11 +142,12 @@ def figures(root=None):
     return {"nvfp4-table": table, "nvfp4-verdict": verdict, "nvfp4-explore": explore}
 
 
-def explored(root, low, high):
+def explored(root, low, high, static):
     """After the verdict, not part of it (docs/record/nvfp4-arms.md, "The
     report"): the stabilizer arm on the report seeds, which tells the
-    default's promotions from its normalisation."""
-    rows = [r for r in ev.read(DATA_FILE, root) or [] if r["arm"] in ("stabilizer", "default")]
+    default's promotions from its normalisation, and the same normalisation
+    on high, which tells NVFP4's loss recovered from a better optimizer."""
+    rows = [r for r in ev.read(DATA_FILE, root) or [] if r["arm"] in ("stabilizer", "high-stabilizer", "default")]
     by = {}
     for r in rows:
         by.setdefault(r["arm"], {})[int(r["seed"])] = float(r["final_loss"])
@@ -158,8 +159,15 @@ def explored(root, low, high):
     num = [low[s] - st[s] for s in SEEDS]
     den = [low[s] - high[s] for s in SEEDS]
     g, (lo, hi) = sum(num) / sum(den), ev.boot_ratio(num, den)
-    return (f"`stabilizer` − `low` {ev.ci(*ev.paired(st, low)[:3])} (gap closed {ev.pct_ci(g, lo, hi)}); "
-            f"`default` − `stabilizer` {ev.ci(*ev.paired(df, st)[:3])}, seeds {ev.seed_range(sorted(st))}")
+    out = (f"`stabilizer` − `low` {ev.ci(*ev.paired(st, low)[:3])} (gap closed {ev.pct_ci(g, lo, hi)}), "
+           f"`default` − `stabilizer` {ev.ci(*ev.paired(df, st)[:3])}, "
+           f"`stabilizer` − `static-layers` {ev.ci(*ev.paired(st, static)[:3])}")
+    if not set(SEEDS) <= set(by.get("high-stabilizer", {})):
+        return out + (f"; `high-stabilizer` *awaits its runs* (`{EXPLORE_QUEUE.replace('stabilizer', 'high-stabilizer')}`)"
+                      f", seeds {ev.seed_range(sorted(st))}")
+    hs = {s: by["high-stabilizer"][s] for s in SEEDS}
+    return out + (f"; `high-stabilizer` − `high` {ev.ci(*ev.paired(hs, high)[:3])}, "
+                  f"`stabilizer` − `high-stabilizer` {ev.ci(*ev.paired(st, hs)[:3])}; seeds {ev.seed_range(sorted(st))}")
 
 
 def enough(by, gap):

@@ -20,6 +20,9 @@ embeddings and norms high precision. Arms:
   stabilizer     the preset "stabilizer" over the same units: the default's
                  per-unit gradient normalisation without its promotions
                  (what the default's gain is made of; not a protocol arm)
+  high-stabilizer  high with the stabilizer: whether its gain is NVFP4's
+                 loss recovered or a better optimizer anywhere (not a
+                 protocol arm)
   noise-floor    the preset "gnmr-noise-floor" (noise_c --noise-c, max_o
                  --max-o, lock 8) fed nvfp4.noise_partials each step
   random         --max-o operators drawn at random, in fp32, re-drawn every
@@ -52,7 +55,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import trainer_stability as ts  # noqa: E402  (the data and the bootstrap)
 import evidence_base as ev  # noqa: E402  (the page's ratio of means and its interval)
 
-ARMS = ("low", "high", "static-layers", "late-switch", "default", "stabilizer", "noise-floor", "random")
+ARMS = ("low", "high", "static-layers", "late-switch", "default", "stabilizer", "high-stabilizer", "noise-floor",
+        "random")
+HIGH = ("high", "high-stabilizer")  # the arms with no NVFP4 operator
 FIELDS = ["arm", "seed", "final_loss", "hp_share", "fired_share", "ops", "steps", "depth", "max_o", "noise_c",
           "wall_s"]
 LOCK = 8
@@ -91,7 +96,7 @@ def run(arm: str, seed: int, a) -> dict:
     torch.manual_seed(seed)
     model = build_llama(a.depth)
     last = a.depth - 1
-    if arm != "high":
+    if arm not in HIGH:
         def keep(mod, path):
             b = block_of(path)
             if b < 0:
@@ -102,11 +107,13 @@ def run(arm: str, seed: int, a) -> dict:
     n_ops = len([p for p, _ in model.named_modules() if block_of(p) >= 0 and p.split(".")[-1].endswith("proj")])
 
     ctl = None
-    if arm in ("default", "stabilizer", "noise-floor"):
-        units = gnmr_ao.operator_units(model)
-        ctl = (gnmr.Controller(units, arm) if arm != "noise-floor" else
-               gnmr.Controller(units, "gnmr-noise-floor", noise_c=a.noise_c_now, max_o=a.max_o_now, lock=LOCK))
-        gnmr_ao.enable_promotion(model, ctl)
+    if arm in ("default", "stabilizer", "high-stabilizer", "noise-floor"):
+        units = gnmr_ao.operator_units(model)  # one unit per linear's weight, converted or not
+        name = {"noise-floor": "gnmr-noise-floor", "high-stabilizer": "stabilizer"}.get(arm, arm)
+        kw = dict(noise_c=a.noise_c_now, max_o=a.max_o_now, lock=LOCK) if arm == "noise-floor" else {}
+        ctl = gnmr.Controller(units, name, **kw)
+        if arm != "high-stabilizer":
+            gnmr_ao.enable_promotion(model, ctl)
 
     # Arms that choose their fp32 operators themselves: a forward that
     # reads the current step's set (nothing is promoted through gnmr).
@@ -154,7 +161,7 @@ def run(arm: str, seed: int, a) -> dict:
             forced = set(rng.sample([p for p, _ in ops], min(a.max_o_now, len(ops))))
         # Operators in fp32 this step: the forced ones, gnmr's promoted ones,
         # the static ones (not converted at all).
-        if arm == "high":
+        if arm in HIGH:
             hp_op_steps += n_ops
         elif arm == "static-layers":
             hp_op_steps += n_ops - len(ops)

@@ -117,6 +117,10 @@ def nvfp4_synthetic(tmp: Path) -> list:
     ex = write(rows + stab)["nvfp4-explore"]
     if ex.startswith("*awaiting") or "−0.0100" not in ex:
         out.append(f"self-test: the NVFP4 stabilizer region misreads its runs: {ex}")
+    hst = [dict(r, arm="high-stabilizer", final_loss=f"{float(r['final_loss']) - 0.002:.6f}") for r in rows if r["arm"] == "high"]
+    ex = write(rows + stab + hst)["nvfp4-explore"]
+    if "awaits" in ex or "`high-stabilizer` − `high` −0.0020" not in ex:
+        out.append(f"self-test: the NVFP4 stabilizer region misreads high-stabilizer's runs: {ex}")
     if not write(rows + stab[:-1])["nvfp4-explore"].startswith("*awaiting"):
         out.append("self-test: the NVFP4 stabilizer region has figures one run short")
     short = write([r for r in rows if not (r["arm"] == "random" and r["max_o"] == 2 and r["seed"] == 220)])

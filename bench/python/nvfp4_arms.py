@@ -195,7 +195,7 @@ def run(arm: str, seed: int, a) -> dict:
         snr.close()
     return {"arm": arm, "seed": seed, "final_loss": round(sum(evals) / len(evals), 6),
             "hp_share": round(hp_op_steps / (n_ops * a.steps), 6),
-            "fired_share": round(fired / (len(ops) * a.steps), 6) if ctl is not None else "", "ops": n_ops, "steps": a.steps,
+            "fired_share": round(fired / (n_ops * a.steps), 6) if ctl is not None else "", "ops": n_ops, "steps": a.steps,
             "depth": a.depth, "max_o": a.max_o_now if arm in ("noise-floor", "random") else "",
             "noise_c": a.noise_c_now if arm == "noise-floor" else "", "wall_s": round(time.time() - t0, 1)}
 

@@ -95,3 +95,17 @@ def test_the_curve_is_drawn_from_paired_rows(tmp_path):
     png = tmp_path / "curve.png"
     na.plot(tmp_path / "results.csv", png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_stabilizer_arms_normalise_low_and_high(tmp_path):
+    # stabilizer: low's NVFP4 operators with the stabilizer preset (no
+    # promotion, share 0); high-stabilizer: high's fp32 model with the same
+    # preset (share 1). Each trains differently from its arm without it.
+    r = run(tmp_path, "low,high,stabilizer,high-stabilizer")
+    assert r.returncode == 0, r.stderr[-2000:]
+    by = {x["arm"]: x for x in csv.DictReader(open(tmp_path / "results.csv"))}
+    assert float(by["stabilizer"]["hp_share"]) == 0.0 and float(by["high-stabilizer"]["hp_share"]) == 1.0
+    assert by["stabilizer"]["fired_share"] != "" and by["high-stabilizer"]["fired_share"] != ""
+    assert by["stabilizer"]["final_loss"] != by["low"]["final_loss"]
+    assert by["high-stabilizer"]["final_loss"] != by["high"]["final_loss"]
+    assert by["stabilizer"]["final_loss"] != by["high-stabilizer"]["final_loss"]

@@ -6,6 +6,10 @@ docs/data/evidence/nvfp4-arms.csv once every report seed is complete:
     cp build/nvfp4-arms/report/results.csv docs/data/evidence/nvfp4-arms.csv
     python3 bench/python/evidence.py --write docs/evidence.md
 
+and region nvfp4-explore from the two arms run after the verdict
+(stabilizer, high-stabilizer; docs/record/nvfp4-arms.md, "The report"),
+whose rows are appended to the same file.
+
 A room of evidence.py: it computes with evidence_base.py's statistics and
 formats (the intervals are compare_verdicts.boot's and the gap closed is
 boot_ratio's ratio of means, as the page documents), and gives "awaiting

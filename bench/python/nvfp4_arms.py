@@ -29,8 +29,10 @@ embeddings and norms high precision. Arms:
                  8 steps (noise-floor's slots without its choice)
 
 Each run writes one CSV row (arm, seed, the mean validation loss over the
-last 10% of the steps, the high-precision share of operator-steps, wall
-seconds) to OUT/results.csv; runs already there are not run again, so a
+last 10% of the steps, the high-precision share of operator-steps, for
+arms with a controller the unit-steps its trigger fired on per
+operator-step (the units include the model's other parameters, so it can
+pass 1), wall seconds) to OUT/results.csv; runs already there are not run again, so a
 stopped queue resumes where it stopped. --summary prints, per arm, the
 mean loss, the share, the paired difference to `low` and the gap closed
 (L_low - L_arm) / (L_low - L_high) with bootstrap 95% intervals.

@@ -315,6 +315,21 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def append_row(res: Path, row: dict) -> None:
+    """Appends one result row under an exclusive lock, the header first if
+    the file is empty: two processes may run different runs of one folder
+    (bench/python/mx_pilot.sh's two lanes), each writing when its run ends."""
+    import fcntl
+
+    with open(res, "a", newline="") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        if os.fstat(f.fileno()).st_size == 0:
+            w.writeheader()
+        w.writerow(row)
+        f.flush()
+
+
 def main(argv=None) -> int:
     ap = parser()
     a = ap.parse_args(argv)
@@ -346,31 +361,25 @@ def main(argv=None) -> int:
         if stale and not a.resume:
             sys.exit("unfinished runs have checkpoints; pass --resume to continue them (or delete them): "
                      + " ".join(stale))
-        new = not res.exists() or res.stat().st_size == 0
         ctx = None
         if a.device == "cuda":  # CUDA in worker processes needs spawn
             import multiprocessing as mp
             ctx = mp.get_context("spawn")
-        with open(res, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=FIELDS)
-            if new:
-                w.writeheader()
-            pool = ProcessPoolExecutor(a.jobs, mp_context=ctx) if a.jobs > 1 else None
-            try:
-                rows = (pool.map(run, [t[0] for t in todo], [t[1] for t in todo], [a] * len(todo)) if pool
-                        else (run(arm, s, a) for arm, s in todo))
-                for (arm, s), r in zip(todo, rows):
-                    if r is None:
-                        print(f"{run_name(arm, a.emulation, s):24s} stopped after step {a.stop_after} "
-                              f"(checkpointed; --resume continues it)", flush=True)
-                        continue
-                    w.writerow(r)
-                    f.flush()
-                    print(f"{run_name(arm, a.emulation, s):24s} diverged_at {r['diverged_at'] or '-':>6}  "
-                          f"final {r['final_loss']}  high {100 * r['high_share']:.3f}%  {r['wall_s']} s", flush=True)
-            finally:
-                if pool:
-                    pool.shutdown()
+        pool = ProcessPoolExecutor(a.jobs, mp_context=ctx) if a.jobs > 1 else None
+        try:
+            rows = (pool.map(run, [t[0] for t in todo], [t[1] for t in todo], [a] * len(todo)) if pool
+                    else (run(arm, s, a) for arm, s in todo))
+            for (arm, s), r in zip(todo, rows):
+                if r is None:
+                    print(f"{run_name(arm, a.emulation, s):24s} stopped after step {a.stop_after} "
+                          f"(checkpointed; --resume continues it)", flush=True)
+                    continue
+                append_row(res, r)
+                print(f"{run_name(arm, a.emulation, s):24s} diverged_at {r['diverged_at'] or '-':>6}  "
+                      f"final {r['final_loss']}  high {100 * r['high_share']:.3f}%  {r['wall_s']} s", flush=True)
+        finally:
+            if pool:
+                pool.shutdown()
     if res.exists():
         summary(res)
     return 0

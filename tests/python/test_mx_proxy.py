@@ -144,3 +144,42 @@ def test_max_rise_is_the_largest_loss_over_its_running_minimum_after_the_descent
     assert mx_proxy.max_rise(trace, after=4) == pytest.approx(2.8)
     assert mx_proxy.max_rise(trace, after=0) == pytest.approx(3.0)  # step 4's 3.0 over step 3's 1.0
     assert mx_proxy.max_rise(tmp_path / "missing.csv") is None
+
+
+def _append_many(path, k, n):
+    import mx_proxy
+    for i in range(n):
+        mx_proxy.append_row(Path(path), {f: (f"w{k}-{i}" if f == "arm" else "") for f in mx_proxy.FIELDS})
+
+
+def test_two_writers_share_a_results_file(tmp_path):
+    # mx_pilot.sh's two lanes may end runs of one folder at the same time:
+    # a writer waits for the other's lock, the header is written once, every
+    # row whole, none lost.
+    import fcntl
+    import multiprocessing as mp
+    import time
+
+    import mx_proxy
+    res = tmp_path / "results.csv"
+    res.touch()  # an empty file, as a queue stopped before its first result leaves
+    ctx = mp.get_context("fork")
+    # (a fresh interpreter: a forked child would share the held lock's file)
+    code = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); from pathlib import Path; import mx_proxy; "
+            f"mx_proxy.append_row(Path({str(res)!r}), {{f: ('w9-0' if f == 'arm' else '') for f in mx_proxy.FIELDS}})")
+    with open(res, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # the other lane is writing
+        p = subprocess.Popen([sys.executable, "-c", code])
+        time.sleep(3.0)
+        assert res.stat().st_size == 0 and p.poll() is None  # it waits for the lock
+    assert p.wait(60) == 0 and res.read_text().count("arm,") == 1
+    ps = [ctx.Process(target=_append_many, args=(str(res), k, 200)) for k in range(3)]
+    for q in ps:
+        q.start()
+    for q in ps:
+        q.join()
+        assert q.exitcode == 0
+    lines = res.read_text().splitlines()
+    assert lines[0] == ",".join(mx_proxy.FIELDS) and lines.count(lines[0]) == 1
+    rows = list(csv.DictReader(open(res)))
+    assert sorted(r["arm"] for r in rows) == sorted([f"w{k}-{i}" for k in range(3) for i in range(200)] + ["w9-0"])

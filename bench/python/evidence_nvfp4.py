@@ -109,7 +109,7 @@ def figures(root=None):
     lines.append(f"At √3 the noise-floor trigger promoted on {fired} of the {len(seeds)} seeds.")
     table = "\n".join(lines)
 
-    explore = explored(root, low, high, losses(by, "static-layers"))
+    explore = explored(root, low, high, st)
     # The protocol's rule ("What counts"): at a share, noise-floor - random
     # and noise-floor - static-layers both below zero with intervals
     # excluding it. With no resolved gap, only the differences to low count.

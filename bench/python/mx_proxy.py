@@ -318,7 +318,8 @@ def parser() -> argparse.ArgumentParser:
 def append_row(res: Path, row: dict) -> None:
     """Appends one result row under an exclusive lock, the header first if
     the file is empty: two processes may run different runs of one folder
-    (bench/python/mx_pilot.sh's two lanes), each writing when its run ends."""
+    (the pilot's queue and a second process beside it, docs/record/mx-proxy.md),
+    each writing when its run ends."""
     import fcntl
 
     with open(res, "a", newline="") as f:

@@ -259,10 +259,10 @@ def arm_rows(path: Path):
             # The gap closed is docs/evidence.md's: the ratio of the means
             # over the seeds, with evidence_base's paired resampling; a
             # ratio per seed would blow up where a seed's own gap is near 0.
-            three = [s for s in both if s in high]
-            num = [float(low[s]["final_loss"]) - float(by[arm][s]["final_loss"]) for s in three]
-            den = [float(low[s]["final_loss"]) - float(high[s]["final_loss"]) for s in three]
-            if three and sum(den) != 0:
+            with_high = [s for s in both if s in high]
+            num = [float(low[s]["final_loss"]) - float(by[arm][s]["final_loss"]) for s in with_high]
+            den = [float(low[s]["final_loss"]) - float(high[s]["final_loss"]) for s in with_high]
+            if with_high and sum(den) != 0:
                 closed = (sum(num) / sum(den),) + ev.boot_ratio(num, den)
         out.append((arm, seeds, loss, share, sum(fv) / len(fv) if fv else None, diff, closed))
     gap = [float(low[s]["final_loss"]) - float(high[s]["final_loss"]) for s in sorted(low) if s in high]

@@ -153,9 +153,9 @@ def _append_many(path, k, n):
 
 
 def test_two_writers_share_a_results_file(tmp_path):
-    # mx_pilot.sh's two lanes may end runs of one folder at the same time:
-    # a writer waits for the other's lock, the header is written once, every
-    # row whole, none lost.
+    # The pilot's queue and a second process beside it may end runs of one
+    # folder at the same time: a writer waits for the other's lock, the
+    # header is written once, every row whole, none lost.
     import fcntl
     import multiprocessing as mp
     import time
@@ -163,8 +163,7 @@ def test_two_writers_share_a_results_file(tmp_path):
     import mx_proxy
     res = tmp_path / "results.csv"
     res.touch()  # an empty file, as a queue stopped before its first result leaves
-    ctx = mp.get_context("fork")
-    # (a fresh interpreter: a forked child would share the held lock's file)
+    # A fresh interpreter: a forked child would share the held lock's file.
     code = (f"import sys; sys.path.insert(0, {str(BENCH)!r}); from pathlib import Path; import mx_proxy; "
             f"mx_proxy.append_row(Path({str(res)!r}), {{f: ('w9-0' if f == 'arm' else '') for f in mx_proxy.FIELDS}})")
     with open(res, "a") as held:
@@ -173,6 +172,7 @@ def test_two_writers_share_a_results_file(tmp_path):
         time.sleep(3.0)
         assert res.stat().st_size == 0 and p.poll() is None  # it waits for the lock
     assert p.wait(60) == 0 and res.read_text().count("arm,") == 1
+    ctx = mp.get_context("fork")
     ps = [ctx.Process(target=_append_many, args=(str(res), k, 200)) for k in range(3)]
     for q in ps:
         q.start()

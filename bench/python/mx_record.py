@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""mx_record.py — the MX pilot's record in the tree (docs/data/mx-pilot.csv):
+one row for every finished run of the CPU pilot's queue
+(bench/python/mx_pilot.sh, docs/record/mx-proxy.md). A run's folder under
+build/ lives only as long as the machine it ran on, and a session may start
+on a fresh clone; the record is committed, so a queue started there skips
+what earlier sittings finished instead of running it again.
+
+    python bench/python/mx_record.py done RECORD DIR POINT EMULATION ARM SEED
+        exit 0 if that run is finished: its row is in DIR/results.csv or in
+        RECORD (under POINT); exit 1 if not
+    python bench/python/mx_record.py export RECORD DIR POINT
+        append to RECORD every row of DIR/results.csv it lacks, with POINT,
+        the run's largest rise (mx_proxy.max_rise, from its trace) and
+        source "results.csv"; prints how many
+
+Columns: point, then mx_proxy's (arm, emulation, seed, diverged_at,
+final_loss, high_share, grants, steps, width, depth, batch, lr, device,
+wall_s), then max_rise and source: "results.csv" (copied from the run's own
+row by the queue) or "mx-proxy.md" (a run whose folder was lost before the
+record existed, restored from the pilot table with the table's digits;
+fields the table does not give are empty). Appends take an exclusive lock,
+so two copies of the queue may export at once.
+"""
+from __future__ import annotations
+
+import csv
+import fcntl
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import mx_proxy  # noqa: E402  (no torch at import)
+
+FIELDS = ["point"] + mx_proxy.FIELDS + ["max_rise", "source"]
+
+
+def _key(point: str, arm: str, emulation: str, seed) -> tuple:
+    return (point, arm, emulation, int(seed))
+
+
+def rows(path: Path) -> list:
+    """The rows of a record (none if it does not exist); a file with other
+    columns is refused rather than read wrongly."""
+    if not path.exists() or path.stat().st_size == 0:
+        return []
+    with open(path, newline="") as f:
+        r = csv.DictReader(f)
+        if r.fieldnames != FIELDS:
+            sys.exit(f"{path}: columns differ from mx_record's ({','.join(FIELDS)})")
+        return list(r)
+
+
+def done(record: Path, out: Path, point: str, emulation: str, arm: str, seed: int) -> bool:
+    """Whether the queue's run (POINT, ARM under EMULATION, SEED) is finished."""
+    key = _key(point, arm, mx_proxy.emulation_of(arm, emulation), seed)
+    res = out / "results.csv"
+    if res.exists() and res.stat().st_size > 0:
+        with open(res, newline="") as f:
+            if any(_key(point, r["arm"], r["emulation"], r["seed"]) == key for r in csv.DictReader(f)):
+                return True
+    return any(_key(r["point"], r["arm"], r["emulation"], r["seed"]) == key for r in rows(record))
+
+
+def export(record: Path, out: Path, point: str) -> int:
+    """Appends DIR's finished runs that RECORD lacks; returns how many."""
+    res = out / "results.csv"
+    if not res.exists() or res.stat().st_size == 0:
+        return 0
+    with open(res, newline="") as f:
+        new = list(csv.DictReader(f))
+    record.parent.mkdir(parents=True, exist_ok=True)
+    with open(record, "a+", newline="") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
+        have = {_key(r["point"], r["arm"], r["emulation"], r["seed"]) for r in rows(record)}
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        if os.fstat(f.fileno()).st_size == 0:
+            w.writeheader()
+        n = 0
+        for r in new:
+            if _key(point, r["arm"], r["emulation"], r["seed"]) in have:
+                continue
+            trace = out / "traces" / f"{mx_proxy.run_name(r['arm'], r['emulation'], int(r['seed']))}.csv"
+            rise = mx_proxy.max_rise(trace)
+            w.writerow({**r, "point": point, "max_rise": "" if rise is None else f"{rise:.4g}",
+                        "source": "results.csv"})
+            n += 1
+        f.flush()
+    return n
+
+
+def main(argv=None) -> int:
+    a = sys.argv[1:] if argv is None else argv
+    usage = ("usage: mx_record.py done RECORD DIR POINT EMULATION ARM SEED | "
+             "mx_record.py export RECORD DIR POINT")
+    if len(a) == 7 and a[0] == "done":
+        return 0 if done(Path(a[1]), Path(a[2]), a[3], a[4], a[5], int(a[6])) else 1
+    if len(a) == 4 and a[0] == "export":
+        n = export(Path(a[1]), Path(a[2]), a[3])
+        print(f"mx_record: {n} new row(s) of {a[2]} in {a[1]}")
+        return 0
+    print(usage, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

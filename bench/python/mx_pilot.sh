@@ -1,14 +1,25 @@
 #!/usr/bin/env bash
 # bench/python/mx_pilot.sh — the MX proxy's pilot on this project's CPU
 # machines (docs/record/mx-proxy.md, "The CPU pilot"): the queue of runs the
-# issue orders, one run at a time on one thread under nice, each resumable:
+# issue orders, one run at a time on one thread under nice, each resumable.
+# Start one copy per core you give it; each copy takes the next run that no
+# other copy holds:
 #
 #   setsid nohup bash bench/python/mx_pilot.sh [--out build/mx-cpu] >> build/mx-cpu/queue.log 2>&1 < /dev/null &
 #   bash bench/python/mx_pilot.sh --status          # where it stands
 #
-# Calling it again resumes the queue: runs in DIR/*/results.csv are not run
-# again, an interrupted one continues from its checkpoint (DIR/*/ckpt/), bit
-# for bit. A lock (DIR/queue.lock) keeps a second copy from running.
+# --points NAME[,NAME...] keeps a copy to the pilot's runs at those points
+# (e.g. the second core on a cheaper point while the first runs a long one);
+# such a copy stops after them and leaves step 4 to a copy without --points.
+#
+# Calling it again resumes the queue: a finished run (its row in
+# DIR/POINT/results.csv or in the record, docs/data/mx-pilot.csv) is not run
+# again; an interrupted one continues from its checkpoint (DIR/POINT/ckpt/),
+# bit for bit. Each run is held by a lock (DIR/locks/POINT--RUN.lock) while
+# a copy runs it; a copy that finds every remaining run held waits for one
+# to end (and runs it itself if its holder stopped before finishing). When
+# a run ends, its row goes into the record (bench/python/mx_record.py), the
+# file to commit: a session may start on a fresh clone, without build/.
 #
 # The queue (batch 2048, E4M3 everywhere; one folder per point, both
 # emulations in it; high is the same run under either emulation and runs
@@ -22,34 +33,52 @@
 #      protocol's arms stabilizer, default, low-rceil, low-ln-high,
 #      default-random on seeds 1-3 under that emulation, and low under the
 #      other emulation (gnmr's default as shipped; needs the gnmr package in
-#      the interpreter).
+#      the interpreter). default-random reads default's grants: it waits for
+#      them.
 # (Until 2026-11-29 the width-512 point ran only if no width-256 point
 # reproduced; docs/record/mx-proxy.md says why the order changed.)
 # Every run fuses its MX quantizer with torch.compile (--compile), which
 # mx_sim.use_compiled keeps only where it gives eager's bits.
+#
+# The interpreter: MX_PILOT_PYTHON, else python/build/venv's, else python3.
+# For the tests only: MX_PILOT_POINTS ("NAME|SETTING" entries, one a line)
+# replaces the points, MX_PILOT_FLAGS (default --compile) the extra flags.
 set -uo pipefail
+# The body is one compound command, read whole before it runs: a copy keeps
+# running what it started with when this file is edited under it.
+{
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$root"
 out="build/mx-cpu"
+record="docs/data/mx-pilot.csv"
+only=""
 status=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
+    --record) record="$2"; shift 2 ;;
+    --points) only="$2"; shift 2 ;;
     --status) status=1; shift ;;
-    *) echo "unknown argument $1 (bench/python/mx_pilot.sh [--out DIR] [--status])" >&2; exit 2 ;;
+    *) echo "unknown argument $1 (bench/python/mx_pilot.sh [--out DIR] [--record FILE] [--points NAME,...] [--status])" >&2; exit 2 ;;
   esac
 done
-py="$root/python/build/venv/bin/python"
+py="${MX_PILOT_PYTHON:-$root/python/build/venv/bin/python}"
 [ -x "$py" ] || py=python3
 export PYTHONUNBUFFERED=1
 w256="--width 256 --batch 2048 --lr 1e-3 --steps 7000"
-points=("w256-d4|$w256 --depth 4" "w256-d3|$w256 --depth 3"
-        "d512-l3|--width 512 --depth 3 --batch 2048 --lr 5e-4 --steps 11000")
+if [ -n "${MX_PILOT_POINTS:-}" ]; then
+  mapfile -t points <<<"$MX_PILOT_POINTS"
+else
+  points=("w256-d4|$w256 --depth 4" "w256-d3|$w256 --depth 3"
+          "d512-l3|--width 512 --depth 3 --batch 2048 --lr 5e-4 --steps 11000")
+fi
+flags="${MX_PILOT_FLAGS---compile}"
 
 if [ "$status" = 1 ]; then
   for d in "$out"/*/; do
     [ -f "$d/results.csv" ] && { echo "== $d"; "$py" bench/python/mx_proxy.py --summary --out "$d"; }
   done
+  [ -f "$record" ] && echo "== $record: $(($(wc -l < "$record") - 1)) finished run(s)"
   [ -f "$out/queue.log" ] && { echo "== last lines of $out/queue.log"; tail -n 5 "$out/queue.log"; }
   exit 0
 fi
@@ -65,63 +94,116 @@ if [ "$(ps -o sid= -p $$ 2>/dev/null | tr -d ' ')" = "$$" ]; then
   echo 19 > /proc/self/autogroup 2>/dev/null || true
 fi
 
-# One core of two is this queue's: a lower priority, and one copy at a time.
+# A copy of the queue runs at a lower priority, one run at a time.
 if [ -z "${MX_PILOT_NICED:-}" ]; then
   export MX_PILOT_NICED=1
-  exec nice -n 10 bash "$0" --out "$out"
+  exec nice -n 10 bash "$0" --out "$out" --record "$record" ${only:+--points "$only"}
 fi
-mkdir -p "$out"
-exec 9>"$out/queue.lock"
-flock -n 9 || { echo "mx_pilot: another copy holds $out/queue.lock" >&2; exit 1; }
-echo "mx_pilot: $(date -u +%FT%TZ) pid $$ on $(hostname), queue in $out"
+mkdir -p "$out/locks"
+echo "mx_pilot: $(date -u +%FT%TZ) pid $$ on $(hostname), queue in $out, record $record"
 
-proxy() {  # proxy DIR EMULATION ARMS SEEDS SETTING...
-  local dir="$1" emu="$2" arms="$3" seeds="$4"; shift 4
-  echo "mx_pilot: $(date -u +%FT%TZ) $dir --emulation $emu --arms $arms --seeds $seeds $*"
-  "$py" bench/python/mx_proxy.py --device cpu --jobs 1 --threads 1 --ckpt-every 250 --resume --compile \
-    --emulation "$emu" --arms "$arms" --seeds "$seeds" --out "$dir" "$@" || exit $?
+# A run of the queue: "POINT EMULATION ARM SEED" (the point's setting looked up).
+setting_of() { local p; for p in "${points[@]}"; do [ "${p%%|*}" = "$1" ] && { echo "${p#*|}"; return; }; done; }
+run_of() {  # the run's file stem, as mx_proxy.run_name gives it
+  local emu="$2" arm="$3" seed="$4"
+  if [ "$arm" = high ] || [ "$emu" = torchao ]; then echo "$arm-$seed"; else echo "$arm.$emu-$seed"; fi
 }
-# Whether low diverged and high did not on some seed at DIR under EMULATION.
+is_done() { "$py" bench/python/mx_record.py done "$record" "$out/$1" "$1" "$2" "$3" "$4"; }
+
+# Runs one entry unless it is finished; 75 if another copy holds it.
+try_run() {
+  local point="$1" emu="$2" arm="$3" seed="$4" lock
+  is_done "$@" && return 0
+  lock="$out/locks/$point--$(run_of "$point" "$emu" "$arm" "$seed").lock"
+  (
+    flock -n 9 || exit 75
+    is_done "$point" "$emu" "$arm" "$seed" && exit 0  # finished while we looked
+    echo "mx_pilot: $(date -u +%FT%TZ) pid $$ $out/$point --emulation $emu --arms $arm --seeds $seed $(setting_of "$point")"
+    # shellcheck disable=SC2046,SC2086
+    "$py" bench/python/mx_proxy.py --device cpu --jobs 1 --threads 1 --ckpt-every 250 --resume $flags \
+      --emulation "$emu" --arms "$arm" --seeds "$seed" --out "$out/$point" $(setting_of "$point") || exit $?
+    "$py" bench/python/mx_record.py export "$record" "$out/$point" "$point"
+  ) 9>"$lock"
+}
+
+# Runs a list of entries to the end: a pass runs every free unfinished one;
+# if some were held by other copies, it waits for the first of them to be
+# released and passes again (so a run whose holder stopped is resumed here).
+run_all() {
+  local e held rc
+  while :; do
+    held=""
+    for e in "$@"; do
+      # shellcheck disable=SC2086
+      try_run $e; rc=$?
+      if [ "$rc" = 75 ]; then [ -n "$held" ] || held="$e"
+      elif [ "$rc" != 0 ]; then exit "$rc"; fi
+    done
+    [ -z "$held" ] && return 0
+    local p="${held%% *}" r
+    # shellcheck disable=SC2086
+    r="$(run_of $held)"
+    echo "mx_pilot: $(date -u +%FT%TZ) pid $$ waits for another copy's $p/$r"
+    flock "$out/locks/$p--$r.lock" true
+  done
+}
+
+# Whether low diverged and high did not on some seed at POINT under EMULATION,
+# in the run folder or in the record.
 reproduced() {
-  "$py" - "$1/results.csv" "$2" <<'PY'
+  "$py" - "$out/$1/results.csv" "$record" "$1" "$2" <<'PY'
 import csv, os, sys
-path, emu = sys.argv[1], sys.argv[2]
+path, record, point, emu = sys.argv[1:5]
 rows = list(csv.DictReader(open(path))) if os.path.exists(path) else []
+if os.path.exists(record):
+    rows += [r for r in csv.DictReader(open(record)) if r["point"] == point]
 d = {(r["arm"], r["emulation"], r["seed"]): r["diverged_at"] for r in rows}
 sys.exit(0 if any(a == "low" and e == emu and v and d.get(("high", "none", s)) == ""
                   for (a, e, s), v in d.items()) else 1)
 PY
 }
 
+mine() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
+for o in ${only//,/ }; do
+  [ -n "$(setting_of "$o")" ] || { echo "mx_pilot: no point $o" >&2; exit 2; }
+done
+pilot=()
 for seed in 1 2; do
   for p in "${points[@]}"; do
-    # shellcheck disable=SC2086
-    proxy "$out/${p%%|*}" paper low,high "$seed" ${p#*|}
+    mine "${p%%|*}" || continue
+    pilot+=("${p%%|*} paper low $seed" "${p%%|*} paper high $seed")
   done
 done
 for p in "${points[@]}"; do
-  # shellcheck disable=SC2086
-  proxy "$out/${p%%|*}" torchao low 1-2 ${p#*|}
+  mine "${p%%|*}" && pilot+=("${p%%|*} torchao low 1" "${p%%|*} torchao low 2")
 done
+run_all "${pilot[@]}"
+if [ -n "$only" ]; then
+  echo "mx_pilot: $(date -u +%FT%TZ) pid $$ the pilot's runs at $only are done; step 4 is left to a copy without --points"
+  exit 0
+fi
 
 hit=""
 for emu in paper torchao; do
   for p in "${points[@]}"; do
-    reproduced "$out/${p%%|*}" "$emu" && { hit="$emu|$p"; break 2; }
+    reproduced "${p%%|*}" "$emu" && { hit="$emu ${p%%|*}"; break 2; }
   done
 done
 if [ -z "$hit" ]; then
-  echo "mx_pilot: $(date -u +%FT%TZ) nothing reproduced; the queue is done"
+  echo "mx_pilot: $(date -u +%FT%TZ) pid $$ nothing reproduced; the queue is done"
   exit 0
 fi
-emu="${hit%%|*}" rest="${hit#*|}"
-name="${rest%%|*}" setting="${rest#*|}"
+emu="${hit%% *}" name="${hit#* }"
 other=torchao; [ "$emu" = torchao ] && other=paper
-echo "mx_pilot: $(date -u +%FT%TZ) reproduced at $name under --emulation $emu: the protocol's arms"
-# shellcheck disable=SC2086
-proxy "$out/$name" "$emu" low,high 3 $setting
-# shellcheck disable=SC2086
-proxy "$out/$name" "$emu" stabilizer,default,low-rceil,low-ln-high,default-random 1-3 $setting
-# shellcheck disable=SC2086
-proxy "$out/$name" "$other" low 1-3 $setting
-echo "mx_pilot: $(date -u +%FT%TZ) the queue is done"
+echo "mx_pilot: $(date -u +%FT%TZ) pid $$ reproduced at $name under --emulation $emu: the protocol's arms"
+arms=("$name $emu low 3" "$name $emu high 3")
+for a in stabilizer default low-rceil low-ln-high; do
+  for s in 1 2 3; do arms+=("$name $emu $a $s"); done
+done
+run_all "${arms[@]}"
+# default-random moves default's grants: only after every default run is finished
+run_all "$name $emu default-random 1" "$name $emu default-random 2" "$name $emu default-random 3"
+run_all "$name $other low 1" "$name $other low 2" "$name $other low 3"
+echo "mx_pilot: $(date -u +%FT%TZ) pid $$ the queue is done"
+exit 0
+}

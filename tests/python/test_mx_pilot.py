@@ -1,0 +1,100 @@
+"""bench/python/mx_pilot.sh and mx_record.py, on the CPU with tiny points:
+two copies of the queue started together split its runs and never run one
+twice; a run in the committed record is not run again; every finished run
+reaches the record with its largest rise; a copy kept to some points
+(--points) runs only theirs and leaves the arms' step to another copy.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[2]
+PILOT = ROOT / "bench" / "python" / "mx_pilot.sh"
+sys.path.insert(0, str(ROOT / "bench" / "python"))
+import mx_record  # noqa: E402
+
+POINTS = "\n".join([
+    "a|--width 64 --depth 1 --batch 32 --lr 1e-3 --steps 6",
+    "b|--width 64 --depth 2 --batch 32 --lr 1e-3 --steps 6",
+])
+RESTORED = {"point": "a", "arm": "low", "emulation": "paper", "seed": "1", "diverged_at": "",
+            "final_loss": "0.5", "high_share": "0.0", "grants": "0", "steps": "6", "width": "64",
+            "depth": "1", "batch": "32", "lr": "0.001", "device": "", "wall_s": "1", "max_rise": "",
+            "source": "mx-proxy.md"}
+
+
+def _env():
+    return {**os.environ, "MX_PILOT_POINTS": POINTS, "MX_PILOT_FLAGS": "",
+            "MX_PILOT_PYTHON": sys.executable, "MX_PILOT_NICED": "1"}
+
+
+def _started(log: str):
+    """(point, emulation, arm, seed) of every run a copy's log says it started."""
+    return [(m[0].rsplit("/", 1)[1], m[1], m[2], m[3]) for m in
+            re.findall(r" (\S+) --emulation (\S+) --arms (\S+) --seeds (\S+) --width", log)]
+
+
+def _record(tmp_path):
+    rec = tmp_path / "record.csv"
+    with open(rec, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=mx_record.FIELDS)
+        w.writeheader()
+        w.writerow(RESTORED)
+    return rec
+
+
+def test_two_copies_split_the_queue_and_the_record_skips_and_keeps(tmp_path):
+    rec, out = _record(tmp_path), tmp_path / "q"
+    cmd = ["bash", str(PILOT), "--out", str(out), "--record", str(rec)]
+    procs = [subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    logs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], logs
+    runs = _started(logs[0]) + _started(logs[1])
+    # the pilot: paper low and high on seeds 1-2, torchao low on seeds 1-2, at each point
+    want = Counter({(pt, e, arm, s) for pt in "ab" for s in "12"
+                    for e, arm in [("paper", "low"), ("paper", "high"), ("torchao", "low")]})
+    want[("a", "paper", "low", "1")] = 0  # in the record: not run again
+    assert Counter(runs) == +want, logs  # every run once, by one copy or the other
+    assert _started(logs[0]) and _started(logs[1]), logs  # both copies worked
+    assert all("nothing reproduced; the queue is done" in log for log in logs), logs
+    got = mx_record.rows(rec)
+    keys = Counter((r["point"], r["arm"], r["emulation"], r["seed"]) for r in got)
+    assert set(keys.values()) == {1} and len(keys) == 12, keys  # the restored row and 11 new, once each
+    assert got[0] == RESTORED
+    for r in got[1:]:
+        trace = out / r["point"] / "traces" / f"{mx_record.mx_proxy.run_name(r['arm'], r['emulation'], int(r['seed']))}.csv"
+        assert r["source"] == "results.csv" and r["steps"] == "6", r
+        assert r["max_rise"] == f"{mx_record.mx_proxy.max_rise(trace):.4g}", r  # from the run's own trace
+    assert not (out / "a" / "traces" / "low.paper-1.csv").exists()
+    # a second start finds nothing to do
+    again = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and not _started(again.stdout), again.stdout + again.stderr
+
+
+def test_a_copy_kept_to_points_runs_only_theirs(tmp_path):
+    rec, out = _record(tmp_path), tmp_path / "q"
+    r = subprocess.run(["bash", str(PILOT), "--out", str(out), "--record", str(rec), "--points", "b"],
+                       env=_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert {x[0] for x in _started(r.stdout)} == {"b"} and len(_started(r.stdout)) == 6, r.stdout
+    assert "step 4 is left to a copy without --points" in r.stdout
+    bad = subprocess.run(["bash", str(PILOT), "--out", str(out), "--record", str(rec), "--points", "c"],
+                         env=_env(), capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "no point c" in bad.stderr
+
+
+def test_the_record_refuses_other_columns(tmp_path):
+    rec = tmp_path / "r.csv"
+    rec.write_text("arm,seed\nlow,1\n")
+    with pytest.raises(SystemExit, match="columns differ"):
+        mx_record.done(rec, tmp_path, "a", "paper", "low", 1)

@@ -18,8 +18,10 @@
 # bit for bit. Each run is held by a lock (DIR/locks/POINT--RUN.lock) while
 # a copy runs it; a copy that finds every remaining run held waits for one
 # to end (and runs it itself if its holder stopped before finishing). When
-# a run ends, its row goes into the record (bench/python/mx_record.py), the
-# file to commit: a session may start on a fresh clone, without build/.
+# a run ends, its row and its grants go into the record
+# (bench/python/mx_record.py sync; again for every point when a copy
+# starts), the files to commit: a session may start on a fresh clone,
+# without build/, and its queue then skips what the record holds.
 #
 # The queue (batch 2048, E4M3 everywhere; one folder per point, both
 # emulations in it; high is the same run under either emulation and runs
@@ -67,7 +69,8 @@ py="${MX_PILOT_PYTHON:-$root/python/build/venv/bin/python}"
 export PYTHONUNBUFFERED=1
 w256="--width 256 --batch 2048 --lr 1e-3 --steps 7000"
 if [ -n "${MX_PILOT_POINTS:-}" ]; then
-  mapfile -t points <<<"$MX_PILOT_POINTS"
+  points=()
+  while IFS= read -r p; do [ -n "$p" ] && points+=("$p"); done <<<"$MX_PILOT_POINTS"
 else
   points=("w256-d4|$w256 --depth 4" "w256-d3|$w256 --depth 3"
           "d512-l3|--width 512 --depth 3 --batch 2048 --lr 5e-4 --steps 11000")
@@ -97,7 +100,7 @@ fi
 # A copy of the queue runs at a lower priority, one run at a time.
 if [ -z "${MX_PILOT_NICED:-}" ]; then
   export MX_PILOT_NICED=1
-  exec nice -n 10 bash "$0" --out "$out" --record "$record" ${only:+--points "$only"}
+  exec nice -n 10 bash "$root/bench/python/mx_pilot.sh" --out "$out" --record "$record" ${only:+--points "$only"}
 fi
 mkdir -p "$out/locks"
 echo "mx_pilot: $(date -u +%FT%TZ) pid $$ on $(hostname), queue in $out, record $record"
@@ -108,7 +111,14 @@ run_of() {  # the run's file stem, as mx_proxy.run_name gives it
   local emu="$2" arm="$3" seed="$4"
   if [ "$arm" = high ] || [ "$emu" = torchao ]; then echo "$arm-$seed"; else echo "$arm.$emu-$seed"; fi
 }
-is_done() { "$py" bench/python/mx_record.py done "$record" "$out/$1" "$1" "$2" "$3" "$4"; }
+# 0: finished; 3: not; anything else (an unreadable record) stops the copy.
+is_done() {
+  "$py" bench/python/mx_record.py done "$record" "$out/$1" "$1" "$2" "$3" "$4"
+  local rc=$?
+  [ "$rc" = 0 ] || [ "$rc" = 3 ] || { echo "mx_pilot: the record $record cannot be read" >&2; exit 1; }
+  return "$rc"
+}
+sync_point() { "$py" bench/python/mx_record.py sync "$record" "$out/$1" "$1" || exit 1; }
 
 # Runs one entry unless it is finished; 75 if another copy holds it.
 try_run() {
@@ -121,8 +131,8 @@ try_run() {
     echo "mx_pilot: $(date -u +%FT%TZ) pid $$ $out/$point --emulation $emu --arms $arm --seeds $seed $(setting_of "$point")"
     # shellcheck disable=SC2046,SC2086
     "$py" bench/python/mx_proxy.py --device cpu --jobs 1 --threads 1 --ckpt-every 250 --resume $flags \
-      --emulation "$emu" --arms "$arm" --seeds "$seed" --out "$out/$point" $(setting_of "$point") || exit $?
-    "$py" bench/python/mx_record.py export "$record" "$out/$point" "$point"
+      --emulation "$emu" --arms "$arm" --seeds "$seed" --out "$out/$point" $(setting_of "$point") || exit 1
+    sync_point "$point"
   ) 9>"$lock"
 }
 
@@ -163,6 +173,9 @@ sys.exit(0 if any(a == "low" and e == emu and v and d.get(("high", "none", s)) =
 PY
 }
 
+# A run finished (or grants recorded) where a copy died before its sync, and
+# recorded grants a fresh clone's folders lack: put right before anything runs.
+for p in "${points[@]}"; do mkdir -p "$out/${p%%|*}"; sync_point "${p%%|*}"; done
 mine() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 for o in ${only//,/ }; do
   [ -n "$(setting_of "$o")" ] || { echo "mx_pilot: no point $o" >&2; exit 2; }

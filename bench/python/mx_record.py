@@ -8,11 +8,14 @@ what earlier sittings finished instead of running it again.
 
     python bench/python/mx_record.py done RECORD DIR POINT EMULATION ARM SEED
         exit 0 if that run is finished: its row is in DIR/results.csv or in
-        RECORD (under POINT); exit 1 if not
-    python bench/python/mx_record.py export RECORD DIR POINT
+        RECORD (under POINT); exit 3 if not (any other code: an error)
+    python bench/python/mx_record.py sync RECORD DIR POINT
         append to RECORD every row of DIR/results.csv it lacks, with POINT,
         the run's largest rise (mx_proxy.max_rise, from its trace) and
-        source "results.csv"; prints how many
+        source "results.csv", and copy the run's grants (DIR/grants/RUN.json,
+        promoting arms only) to RECORD's folder, mx-pilot-grants/POINT/; then
+        copy back into DIR/grants the recorded grants it lacks (default-random
+        reads default's). Idempotent; prints what it did
 
 Columns: point, then mx_proxy's (arm, emulation, seed, diverged_at,
 final_loss, high_share, grants, steps, width, depth, batch, lr, device,
@@ -20,7 +23,7 @@ wall_s), then max_rise and source: "results.csv" (copied from the run's own
 row by the queue) or "mx-proxy.md" (a run whose folder was lost before the
 record existed, restored from the pilot table with the table's digits;
 fields the table does not give are empty). Appends take an exclusive lock,
-so two copies of the queue may export at once.
+so two copies of the queue may sync at once.
 """
 from __future__ import annotations
 
@@ -42,7 +45,8 @@ def _key(point: str, arm: str, emulation: str, seed) -> tuple:
 
 def rows(path: Path) -> list:
     """The rows of a record (none if it does not exist); a file with other
-    columns is refused rather than read wrongly."""
+    columns is refused rather than read wrongly (exit status 1, never the
+    "not done" of `done`)."""
     if not path.exists() or path.stat().st_size == 0:
         return []
     with open(path, newline="") as f:
@@ -63,18 +67,45 @@ def done(record: Path, out: Path, point: str, emulation: str, arm: str, seed: in
     return any(_key(r["point"], r["arm"], r["emulation"], r["seed"]) == key for r in rows(record))
 
 
-def export(record: Path, out: Path, point: str) -> int:
-    """Appends DIR's finished runs that RECORD lacks; returns how many."""
+def grants_dir(record: Path, point: str) -> Path:
+    return record.parent / "mx-pilot-grants" / point
+
+
+def sync(record: Path, out: Path, point: str) -> tuple:
+    """Appends DIR's finished runs that RECORD lacks, with their grants, and
+    copies recorded grants DIR lacks back into it; returns (rows appended,
+    grant files recorded, grant files restored)."""
     res = out / "results.csv"
-    if not res.exists() or res.stat().st_size == 0:
-        return 0
-    with open(res, newline="") as f:
-        new = list(csv.DictReader(f))
+    new = []
+    if res.exists() and res.stat().st_size > 0:
+        with open(res, newline="") as f:
+            new = list(csv.DictReader(f))
     record.parent.mkdir(parents=True, exist_ok=True)
+    kept = restored = 0
+    gdir = grants_dir(record, point)
+    for r in new:  # a finished run's grants are final: copied once, never changed
+        name = f"{mx_proxy.run_name(r['arm'], r['emulation'], int(r['seed']))}.json"
+        src = out / "grants" / name
+        if src.exists() and not (gdir / name).exists():
+            gdir.mkdir(parents=True, exist_ok=True)
+            tmp = gdir / (name + ".tmp")
+            tmp.write_bytes(src.read_bytes())
+            os.replace(tmp, gdir / name)
+            kept += 1
+    if gdir.is_dir():
+        for g in sorted(gdir.glob("*.json")):
+            if not (out / "grants" / g.name).exists():
+                (out / "grants").mkdir(parents=True, exist_ok=True)
+                (out / "grants" / g.name).write_bytes(g.read_bytes())
+                restored += 1
+    return _append(record, new, point, out), kept, restored
+
+
+def _append(record: Path, new: list, point: str, out: Path) -> int:
     with open(record, "a+", newline="") as f:
         fcntl.flock(f, fcntl.LOCK_EX)  # released when the file closes
         have = {_key(r["point"], r["arm"], r["emulation"], r["seed"]) for r in rows(record)}
-        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w = csv.DictWriter(f, fieldnames=FIELDS, lineterminator="\n")
         if os.fstat(f.fileno()).st_size == 0:
             w.writeheader()
         n = 0
@@ -93,12 +124,14 @@ def export(record: Path, out: Path, point: str) -> int:
 def main(argv=None) -> int:
     a = sys.argv[1:] if argv is None else argv
     usage = ("usage: mx_record.py done RECORD DIR POINT EMULATION ARM SEED | "
-             "mx_record.py export RECORD DIR POINT")
+             "mx_record.py sync RECORD DIR POINT")
     if len(a) == 7 and a[0] == "done":
-        return 0 if done(Path(a[1]), Path(a[2]), a[3], a[4], a[5], int(a[6])) else 1
-    if len(a) == 4 and a[0] == "export":
-        n = export(Path(a[1]), Path(a[2]), a[3])
-        print(f"mx_record: {n} new row(s) of {a[2]} in {a[1]}")
+        return 0 if done(Path(a[1]), Path(a[2]), a[3], a[4], a[5], int(a[6])) else 3
+    if len(a) == 4 and a[0] == "sync":
+        n, kept, restored = sync(Path(a[1]), Path(a[2]), a[3])
+        if n or kept or restored:
+            print(f"mx_record: {a[2]}: {n} new row(s) and {kept} grant file(s) into {a[1]}'s record, "
+                  f"{restored} grant file(s) restored from it")
         return 0
     print(usage, file=sys.stderr)
     return 2

@@ -12,10 +12,11 @@ what earlier sittings finished instead of running it again.
     python bench/python/mx_record.py sync RECORD DIR POINT
         append to RECORD every row of DIR/results.csv it lacks, with POINT,
         the run's largest rise (mx_proxy.max_rise, from its trace) and
-        source "results.csv", and copy the run's grants (DIR/grants/RUN.json,
-        promoting arms only) to RECORD's folder, mx-pilot-grants/POINT/; then
-        copy back into DIR/grants the recorded grants it lacks (default-random
-        reads default's). Idempotent; prints what it did
+        source "results.csv"; keep the run's loss trace (RUN.trace.csv.gz)
+        and, for a promoting arm, its grants (RUN.grants.json) in RECORD's
+        folder (RECORD without .csv)/POINT/; then copy back into DIR/grants
+        the recorded grants it lacks (default-random reads default's).
+        Idempotent; prints what it did
 
 Columns: point, then mx_proxy's (arm, emulation, seed, diverged_at,
 final_loss, high_share, grants, steps, width, depth, batch, lr, device,
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import gzip
 import os
 import sys
 from pathlib import Path
@@ -67,14 +69,22 @@ def done(record: Path, out: Path, point: str, emulation: str, arm: str, seed: in
     return any(_key(r["point"], r["arm"], r["emulation"], r["seed"]) == key for r in rows(record))
 
 
-def grants_dir(record: Path, point: str) -> Path:
-    return record.parent / "mx-pilot-grants" / point
+def files_dir(record: Path, point: str) -> Path:
+    """Where RECORD keeps a point's files: RECORD without .csv, then POINT."""
+    return record.with_suffix("") / point
+
+
+def _put(dst: Path, data: bytes) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, dst)
 
 
 def sync(record: Path, out: Path, point: str) -> tuple:
-    """Appends DIR's finished runs that RECORD lacks, with their grants, and
+    """Appends DIR's finished runs that RECORD lacks, with their files, and
     copies recorded grants DIR lacks back into it; returns (rows appended,
-    grant files recorded, grant files restored)."""
+    files recorded, grant files restored)."""
     res = out / "results.csv"
     new = []
     if res.exists() and res.stat().st_size > 0:
@@ -82,21 +92,22 @@ def sync(record: Path, out: Path, point: str) -> tuple:
             new = list(csv.DictReader(f))
     record.parent.mkdir(parents=True, exist_ok=True)
     kept = restored = 0
-    gdir = grants_dir(record, point)
-    for r in new:  # a finished run's grants are final: copied once, never changed
-        name = f"{mx_proxy.run_name(r['arm'], r['emulation'], int(r['seed']))}.json"
-        src = out / "grants" / name
-        if src.exists() and not (gdir / name).exists():
-            gdir.mkdir(parents=True, exist_ok=True)
-            tmp = gdir / (name + ".tmp")
-            tmp.write_bytes(src.read_bytes())
-            os.replace(tmp, gdir / name)
+    fdir = files_dir(record, point)
+    for r in new:  # a finished run's files are final: copied once, never changed
+        run = mx_proxy.run_name(r["arm"], r["emulation"], int(r["seed"]))
+        grants, trace = out / "grants" / f"{run}.json", out / "traces" / f"{run}.csv"
+        if grants.exists() and not (fdir / f"{run}.grants.json").exists():
+            _put(fdir / f"{run}.grants.json", grants.read_bytes())
             kept += 1
-    if gdir.is_dir():
-        for g in sorted(gdir.glob("*.json")):
-            if not (out / "grants" / g.name).exists():
-                (out / "grants").mkdir(parents=True, exist_ok=True)
-                (out / "grants" / g.name).write_bytes(g.read_bytes())
+        if trace.exists() and not (fdir / f"{run}.trace.csv.gz").exists():
+            # mtime 0: the same trace gives the same bytes
+            _put(fdir / f"{run}.trace.csv.gz", gzip.compress(trace.read_bytes(), mtime=0))
+            kept += 1
+    if fdir.is_dir():
+        for g in sorted(fdir.glob("*.grants.json")):
+            dst = out / "grants" / (g.name[: -len(".grants.json")] + ".json")
+            if not dst.exists():
+                _put(dst, g.read_bytes())
                 restored += 1
     return _append(record, new, point, out), kept, restored
 
@@ -130,7 +141,7 @@ def main(argv=None) -> int:
     if len(a) == 4 and a[0] == "sync":
         n, kept, restored = sync(Path(a[1]), Path(a[2]), a[3])
         if n or kept or restored:
-            print(f"mx_record: {a[2]}: {n} new row(s) and {kept} grant file(s) into {a[1]}'s record, "
+            print(f"mx_record: {a[2]}: {n} new row(s) and {kept} file(s) into {a[1]}'s record, "
                   f"{restored} grant file(s) restored from it")
         return 0
     print(usage, file=sys.stderr)

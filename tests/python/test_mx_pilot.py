@@ -1,7 +1,7 @@
 """bench/python/mx_pilot.sh and mx_record.py, on the CPU with tiny points:
 two copies of the queue started together split its runs and never run one
 twice; a run in the committed record is not run again; every finished run
-reaches the record with its largest rise; a copy that finds the rest held
+reaches the record with its largest rise and its trace; a copy that finds the rest held
 waits, and runs a run itself when its holder lets go unfinished; a promoting
 run's grants are recorded and restored into a fresh folder; a copy kept to
 some points (--points) runs only theirs and leaves the arms' step to another.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import fcntl
+import gzip
 import os
 import time
 import re
@@ -90,6 +91,8 @@ def test_two_copies_split_the_queue_and_the_record_skips_and_keeps(tmp_path):
         assert r["source"] == "results.csv" and r["steps"] == str(STEPS), r
         rise = mx_record.mx_proxy.max_rise(trace)
         assert rise > 0 and r["max_rise"] == f"{rise:.4g}", r  # from the run's own trace
+        kept = rec.with_suffix("") / r["point"] / f"{trace.stem}.trace.csv.gz"
+        assert gzip.decompress(kept.read_bytes()) == trace.read_bytes()  # the trace kept beside the record
     assert b"\r" not in rec.read_bytes()  # LF rows, as the committed file
     assert not (out / "a" / "traces" / "low.paper-1.csv").exists()
     # a second start finds nothing to do
@@ -130,7 +133,7 @@ def test_recorded_grants_reach_a_fresh_folder(tmp_path):
         w = csv.DictWriter(f, fieldnames=mx_record.mx_proxy.FIELDS)
         w.writeheader()
         w.writerow({k: RESTORED[k] for k in mx_record.mx_proxy.FIELDS} | {"arm": "default"})
-    assert mx_record.sync(rec, out / "b", "b") == (1, 1, 0)
+    assert mx_record.sync(rec, out / "b", "b") == (1, 1, 0)  # the row and its grants (it has no trace)
     assert mx_record.sync(rec, out / "b", "b") == (0, 0, 0)  # idempotent
     fresh = tmp_path / "fresh"
     assert mx_record.sync(rec, fresh / "b", "b") == (0, 0, 1)

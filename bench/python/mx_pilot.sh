@@ -82,7 +82,9 @@ if [ "$status" = 1 ]; then
     [ -f "$d/results.csv" ] && { echo "== $d"; "$py" bench/python/mx_proxy.py --summary --out "$d"; }
   done
   [ -f "$record" ] && echo "== $record: $(($(wc -l < "$record") - 1)) finished run(s)"
-  [ -f "$out/queue.log" ] && { echo "== last lines of $out/queue.log"; tail -n 5 "$out/queue.log"; }
+  for l in "$out"/*.log; do  # one log a copy, as the docs start them
+    [ -f "$l" ] && { echo "== last lines of $l"; tail -n 3 "$l"; }
+  done
   exit 0
 fi
 

@@ -15,7 +15,7 @@
 # Calling it again resumes the queue: a finished run (its row in
 # DIR/POINT/results.csv or in the record, docs/data/mx-pilot.csv) is not run
 # again; an interrupted one continues from its checkpoint (DIR/POINT/ckpt/),
-# bit for bit. Each run is held by a lock (DIR/locks/POINT--RUN.lock) while
+# bit for bit. Each run is held by a lock (DIR/locks/POINT--EMULATION--ARM--SEED.lock) while
 # a copy runs it; a copy that finds every remaining run held waits for one
 # to end (and runs it itself if its holder stopped before finishing). When
 # a run ends, its row and its grants go into the record
@@ -109,10 +109,7 @@ echo "mx_pilot: $(date -u +%FT%TZ) pid $$ on $(hostname), queue in $out, record 
 
 # A run of the queue: "POINT EMULATION ARM SEED" (the point's setting looked up).
 setting_of() { local p; for p in "${points[@]}"; do [ "${p%%|*}" = "$1" ] && { echo "${p#*|}"; return; }; done; }
-run_of() {  # the run's file stem, as mx_proxy.run_name gives it
-  local emu="$2" arm="$3" seed="$4"
-  if [ "$arm" = high ] || [ "$emu" = torchao ]; then echo "$arm-$seed"; else echo "$arm.$emu-$seed"; fi
-}
+lock_of() { echo "$out/locks/$1--$2--$3--$4.lock"; }  # one entry, one lock
 # 0: finished; 3: not; anything else (an unreadable record) stops the copy.
 is_done() {
   "$py" bench/python/mx_record.py done "$record" "$out/$1" "$1" "$2" "$3" "$4"
@@ -126,7 +123,7 @@ sync_point() { "$py" bench/python/mx_record.py sync "$record" "$out/$1" "$1" || 
 try_run() {
   local point="$1" emu="$2" arm="$3" seed="$4" lock
   is_done "$@" && return 0
-  lock="$out/locks/$point--$(run_of "$point" "$emu" "$arm" "$seed").lock"
+  lock="$(lock_of "$@")"
   (
     flock -n 9 || exit 75
     is_done "$point" "$emu" "$arm" "$seed" && exit 0  # finished while we looked
@@ -152,28 +149,14 @@ run_all() {
       elif [ "$rc" != 0 ]; then exit "$rc"; fi
     done
     [ -z "$held" ] && return 0
-    local p="${held%% *}" r
+    echo "mx_pilot: $(date -u +%FT%TZ) pid $$ waits for another copy's run: $held"
     # shellcheck disable=SC2086
-    r="$(run_of $held)"
-    echo "mx_pilot: $(date -u +%FT%TZ) pid $$ waits for another copy's $p/$r"
-    flock "$out/locks/$p--$r.lock" true
+    flock "$(lock_of $held)" true
   done
 }
 
-# Whether low diverged and high did not on some seed at POINT under EMULATION,
-# in the run folder or in the record.
-reproduced() {
-  "$py" - "$out/$1/results.csv" "$record" "$1" "$2" <<'PY'
-import csv, os, sys
-path, record, point, emu = sys.argv[1:5]
-rows = list(csv.DictReader(open(path))) if os.path.exists(path) else []
-if os.path.exists(record):
-    rows += [r for r in csv.DictReader(open(record)) if r["point"] == point]
-d = {(r["arm"], r["emulation"], r["seed"]): r["diverged_at"] for r in rows}
-sys.exit(0 if any(a == "low" and e == emu and v and d.get(("high", "none", s)) == ""
-                  for (a, e, s), v in d.items()) else 1)
-PY
-}
+# Whether low diverged and high did not on some seed at POINT under EMULATION.
+reproduced() { "$py" bench/python/mx_record.py reproduced "$record" "$out/$1" "$1" "$2"; }
 
 # A run finished (or grants recorded) where a copy died before its sync, and
 # recorded grants a fresh clone's folders lack: put right before anything runs.

@@ -17,6 +17,9 @@ what earlier sittings finished instead of running it again.
         folder (RECORD without .csv)/POINT/; then copy back into DIR/grants
         the recorded grants it lacks (default-random reads default's).
         Idempotent; prints what it did
+    python bench/python/mx_record.py reproduced RECORD DIR POINT EMULATION
+        exit 0 if, at POINT, low diverged under EMULATION and high did not
+        on some seed (DIR/results.csv and RECORD together); exit 3 if not
 
 Columns: point, then mx_proxy's (arm, emulation, seed, diverged_at,
 final_loss, high_share, grants, steps, width, depth, batch, lr, device,
@@ -67,6 +70,20 @@ def done(record: Path, out: Path, point: str, emulation: str, arm: str, seed: in
             if any(_key(point, r["arm"], r["emulation"], r["seed"]) == key for r in csv.DictReader(f)):
                 return True
     return any(_key(r["point"], r["arm"], r["emulation"], r["seed"]) == key for r in rows(record))
+
+
+def reproduced(record: Path, out: Path, point: str, emulation: str) -> bool:
+    """Whether, at POINT, low diverged under EMULATION and high did not, on a
+    seed (the pilot's rule), by DIR/results.csv and RECORD together."""
+    res = out / "results.csv"
+    found = []
+    if res.exists() and res.stat().st_size > 0:
+        with open(res, newline="") as f:
+            found = list(csv.DictReader(f))
+    found += [r for r in rows(record) if r["point"] == point]
+    d = {(r["arm"], r["emulation"], r["seed"]): r["diverged_at"] for r in found}
+    return any(a == "low" and e == emulation and v and d.get(("high", "none", s)) == ""
+               for (a, e, s), v in d.items())
 
 
 def files_dir(record: Path, point: str) -> Path:
@@ -135,9 +152,11 @@ def _append(record: Path, new: list, point: str, out: Path) -> int:
 def main(argv=None) -> int:
     a = sys.argv[1:] if argv is None else argv
     usage = ("usage: mx_record.py done RECORD DIR POINT EMULATION ARM SEED | "
-             "mx_record.py sync RECORD DIR POINT")
+             "mx_record.py sync RECORD DIR POINT | mx_record.py reproduced RECORD DIR POINT EMULATION")
     if len(a) == 7 and a[0] == "done":
         return 0 if done(Path(a[1]), Path(a[2]), a[3], a[4], a[5], int(a[6])) else 3
+    if len(a) == 5 and a[0] == "reproduced":
+        return 0 if reproduced(Path(a[1]), Path(a[2]), a[3], a[4]) else 3
     if len(a) == 4 and a[0] == "sync":
         n, kept, restored = sync(Path(a[1]), Path(a[2]), a[3])
         if n or kept or restored:

@@ -103,13 +103,13 @@ def test_two_copies_split_the_queue_and_the_record_skips_and_keeps(tmp_path):
 def test_a_copy_waits_for_a_held_run_and_runs_it_when_its_holder_lets_go(tmp_path):
     rec, out = _record(tmp_path), tmp_path / "q"
     (out / "locks").mkdir(parents=True)
-    held = open(out / "locks" / "b--high-2.lock", "w")
+    held = open(out / "locks" / "b--paper--high--2.lock", "w")
     fcntl.flock(held, fcntl.LOCK_EX)  # another copy "runs" b's high-2
     log = tmp_path / "copy.log"
     p, f = _start(["bash", str(PILOT), "--out", str(out), "--record", str(rec), "--points", "b"], log)
     try:
         t0 = time.time()
-        while "waits for another copy's b/high-2" not in log.read_text():
+        while "waits for another copy's run: b paper high 2" not in log.read_text():
             assert p.poll() is None and time.time() - t0 < 600, log.read_text()
             time.sleep(0.5)
         ran = _started(log.read_text())
@@ -162,3 +162,20 @@ def test_the_record_refuses_other_columns(tmp_path):
     r = subprocess.run(["bash", str(PILOT), "--out", str(tmp_path / "q"), "--record", str(rec)],
                        env=_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "columns differ" in r.stderr and not _started(r.stdout), r.stdout + r.stderr
+
+
+def test_reproduced_needs_low_diverged_and_its_high_pair_not(tmp_path):
+    rec, out = _record(tmp_path), tmp_path / "q" / "a"
+    out.mkdir(parents=True)
+    def write(rows):
+        with open(out / "results.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=mx_record.mx_proxy.FIELDS)
+            w.writeheader()
+            for r in rows:
+                w.writerow({k: RESTORED[k] for k in mx_record.mx_proxy.FIELDS} | r)
+    write([{"seed": "2", "diverged_at": "50"}, {"arm": "high", "emulation": "none", "seed": "2"}])
+    assert mx_record.reproduced(rec, out, "a", "paper") and not mx_record.reproduced(rec, out, "a", "torchao")
+    write([{"seed": "2", "diverged_at": "50"}, {"arm": "high", "emulation": "none", "seed": "2", "diverged_at": "60"}])
+    assert not mx_record.reproduced(rec, out, "a", "paper")  # fp32 diverged too
+    write([{"seed": "2", "diverged_at": "50"}])
+    assert not mx_record.reproduced(rec, out, "a", "paper")  # no high pair yet

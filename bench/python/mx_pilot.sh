@@ -20,7 +20,7 @@
 # to end (and runs it itself if its holder stopped before finishing). When
 # a run ends, its row and its grants go into the record
 # (bench/python/mx_record.py sync; again for every point when a copy
-# starts), the files to commit: a session may start on a fresh clone,
+# starts), the files to commit: the queue may start again on a fresh clone,
 # without build/, and its queue then skips what the record holds.
 #
 # The queue (batch 2048, E4M3 everywhere; one folder per point, both

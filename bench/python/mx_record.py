@@ -2,8 +2,8 @@
 """mx_record.py — the MX pilot's record in the tree (docs/data/mx-pilot.csv):
 one row for every finished run of the CPU pilot's queue
 (bench/python/mx_pilot.sh, docs/record/mx-proxy.md). A run's folder under
-build/ lives only as long as the machine it ran on, and a session may start
-on a fresh clone; the record is committed, so a queue started there skips
+build/ lives only as long as the machine it ran on, and the queue may be
+started again on a fresh clone; the record is committed, so a queue started there skips
 what earlier sittings finished instead of running it again.
 
     python bench/python/mx_record.py done RECORD DIR POINT EMULATION ARM SEED
